@@ -1,0 +1,169 @@
+//! The wasm side: bindings to the host's imports, and the glue that `export_plugin!`
+//! expands to. Only built for wasm32.
+
+wit_bindgen::generate!({
+    path: "../wit",
+    world: "plugin",
+    pub_export_macro: true,
+    default_bindings_module: "wasmop_sdk::guest",
+});
+
+use crate::{Cluster, Context, ListParams, Reconciler};
+use crate::{Error, EventType, KindRef, LogLevel, ObjectRef};
+use exports::wasmop::operator::reconciler as rec;
+use wasmop::operator::{cluster, events, log, types as wt};
+
+pub use rec::Guest as ReconcilerGuest;
+pub use rec::{Action as WitAction, PluginManifest as WitManifest, ReconcileError as WitReconcileError};
+pub use rec::Request as WitRequest;
+
+/// The host, seen through the SDK's [`Cluster`] trait.
+struct HostCluster;
+
+fn wit_ref(r: &ObjectRef) -> wt::ObjectRef {
+    wt::ObjectRef {
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+    }
+}
+
+fn sdk_ref(r: wt::ObjectRef) -> ObjectRef {
+    ObjectRef { api_version: r.api_version, kind: r.kind, namespace: r.namespace, name: r.name }
+}
+
+fn wit_kind(k: &KindRef) -> wt::KindRef {
+    wt::KindRef { api_version: k.api_version.clone(), kind: k.kind.clone() }
+}
+
+fn sdk_error(e: wt::Error) -> Error {
+    match e {
+        wt::Error::NotFound(m) => Error::NotFound(m),
+        wt::Error::AlreadyExists(m) => Error::AlreadyExists(m),
+        wt::Error::Conflict(m) => Error::Conflict(m),
+        wt::Error::Forbidden(m) => Error::Forbidden(m),
+        wt::Error::Invalid(m) => Error::Invalid(m),
+        wt::Error::Unavailable(m) => Error::Unavailable(m),
+        wt::Error::Internal(m) => Error::Internal(m),
+    }
+}
+
+fn parse(text: Result<String, wt::Error>) -> Result<serde_json::Value, Error> {
+    let text = text.map_err(sdk_error)?;
+    serde_json::from_str(&text).map_err(|e| Error::Internal(format!("host returned bad JSON: {e}")))
+}
+
+impl Cluster for HostCluster {
+    fn get(&self, object: &ObjectRef) -> Result<serde_json::Value, Error> {
+        parse(cluster::get(&wit_ref(object)))
+    }
+
+    fn list(&self, kind: &KindRef, p: &ListParams) -> Result<Vec<serde_json::Value>, Error> {
+        let params = cluster::ListParams {
+            namespace: p.namespace.clone(),
+            label_selector: p.label_selector.clone(),
+            field_selector: p.field_selector.clone(),
+        };
+        match parse(cluster::list(&wit_kind(kind), &params))? {
+            serde_json::Value::Array(items) => Ok(items),
+            _ => Err(Error::Internal("host returned a list that is not a JSON array".into())),
+        }
+    }
+
+    fn create(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error> {
+        parse(cluster::create(&object.to_string()))
+    }
+
+    fn update(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error> {
+        parse(cluster::update(&object.to_string()))
+    }
+
+    fn update_status(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error> {
+        parse(cluster::update_status(&object.to_string()))
+    }
+
+    fn delete(&self, object: &ObjectRef) -> Result<(), Error> {
+        cluster::delete(&wit_ref(object)).map_err(sdk_error)
+    }
+
+    fn record_event(&self, regarding: &ObjectRef, event_type: EventType, reason: &str, message: &str) {
+        let t = match event_type {
+            EventType::Normal => events::EventType::Normal,
+            EventType::Warning => events::EventType::Warning,
+        };
+        events::record(&wit_ref(regarding), t, reason, message)
+    }
+
+    fn log(&self, level: LogLevel, message: &str, fields: &[(&str, &str)]) {
+        let l = match level {
+            LogLevel::Trace => log::Level::Trace,
+            LogLevel::Debug => log::Level::Debug,
+            LogLevel::Info => log::Level::Info,
+            LogLevel::Warn => log::Level::Warn,
+            LogLevel::Error => log::Level::Error,
+        };
+        let fields: Vec<(String, String)> = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        log::log(l, message, &fields)
+    }
+}
+
+#[doc(hidden)]
+pub fn manifest<R: Reconciler>(settings: &str) -> Result<WitManifest, String> {
+    let m = R::manifest(settings)?;
+    Ok(WitManifest {
+        name: m.name,
+        version: m.version,
+        primary: wit_kind(&m.primary),
+        namespaced: m.namespaced,
+        namespaces: m.namespaces,
+        owns: m.owns.iter().map(wit_kind).collect(),
+        watches: m
+            .watches
+            .iter()
+            .map(|w| rec::Watch {
+                kind: wit_kind(&w.kind),
+                mapping: match &w.mapping {
+                    crate::Mapping::AllPrimaries => rec::Mapping::AllPrimaries,
+                    crate::Mapping::Label(l) => rec::Mapping::Label(l.clone()),
+                    crate::Mapping::SameName => rec::Mapping::SameName,
+                },
+            })
+            .collect(),
+        permissions: m
+            .permissions
+            .iter()
+            .map(|p| rec::Permission {
+                kind: wit_kind(&p.kind),
+                verbs: p
+                    .verbs
+                    .iter()
+                    .map(|v| match v {
+                        crate::Verb::Get => rec::Verb::Get,
+                        crate::Verb::List => rec::Verb::List,
+                        crate::Verb::Create => rec::Verb::Create,
+                        crate::Verb::Update => rec::Verb::Update,
+                        crate::Verb::UpdateStatus => rec::Verb::UpdateStatus,
+                        crate::Verb::Delete => rec::Verb::Delete,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    })
+}
+
+#[doc(hidden)]
+pub fn reconcile<R: Reconciler>(req: WitRequest) -> Result<WitAction, WitReconcileError> {
+    let current = match req.current.as_deref().map(serde_json::from_str).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            return Err(WitReconcileError { message: format!("host sent bad JSON: {e}"), retry: false });
+        }
+    };
+    let request = crate::Request { object: sdk_ref(req.object), current, settings: req.settings };
+    let ctx = Context::new(&HostCluster);
+    match R::reconcile(&ctx, &request) {
+        Ok(a) => Ok(WitAction { requeue_after_ms: a.requeue_after.map(|d| d.as_millis() as u64) }),
+        Err(e) => Err(WitReconcileError { message: e.message, retry: e.retry }),
+    }
+}

@@ -1,0 +1,74 @@
+//! # wasmop-sdk
+//!
+//! Write a Kubernetes reconciler once, as one `impl Reconciler`, and run it as a
+//! sandboxed WebAssembly component inside the wasmop host — or natively against
+//! [`fake::FakeCluster`] in `cargo test`, with no wasm and no apiserver.
+//!
+//! ```ignore
+//! struct MyOperator;
+//! impl wasmop_sdk::Reconciler for MyOperator {
+//!     fn manifest(settings: &str) -> Result<Manifest, String> { ... }
+//!     fn reconcile(ctx: &Context, req: &Request) -> Result<Action, ReconcileError> { ... }
+//! }
+//! wasmop_sdk::export_plugin!(MyOperator);
+//! ```
+//!
+//! Objects are k8s-openapi (or kube `CustomResource`) types; they cross into the host as
+//! JSON. Every cluster call goes through [`Cluster`], so the code under test and the
+//! code in production are the same.
+
+mod cluster;
+mod context;
+pub mod fake;
+pub mod helpers;
+mod manifest;
+mod types;
+
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod guest;
+
+pub use cluster::{Cluster, ClusterExt, ListParams, Object};
+pub use context::{Context, Request};
+pub use manifest::{Manifest, Mapping, Permission, Verb, Watch};
+pub use types::{Action, Error, EventType, KindRef, LogLevel, ObjectRef, ReconcileError};
+
+pub use k8s_openapi;
+pub use serde_json;
+
+/// A reconciler: the one trait a plugin implements.
+pub trait Reconciler {
+    /// Describes the plugin for the given settings document (YAML or JSON text, possibly
+    /// empty): what it reconciles, what it watches, what it may call.
+    fn manifest(settings: &str) -> Result<Manifest, String>;
+
+    /// Brings the cluster in line with one primary object. Must be idempotent: the host
+    /// calls it again on every relevant change, after restarts, and on requeue.
+    fn reconcile(ctx: &Context<'_>, req: &Request) -> Result<Action, ReconcileError>;
+}
+
+/// Exports a [`Reconciler`] as the plugin's `reconciler` interface.
+///
+/// Outside wasm32 it expands to nothing, so the same crate builds natively for tests.
+#[macro_export]
+macro_rules! export_plugin {
+    ($ty:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            struct __WasmopExport;
+            impl $crate::guest::ReconcilerGuest for __WasmopExport {
+                fn manifest(
+                    settings: ::std::string::String,
+                ) -> ::std::result::Result<$crate::guest::WitManifest, ::std::string::String> {
+                    $crate::guest::manifest::<$ty>(&settings)
+                }
+                fn reconcile(
+                    request: $crate::guest::WitRequest,
+                ) -> ::std::result::Result<$crate::guest::WitAction, $crate::guest::WitReconcileError> {
+                    $crate::guest::reconcile::<$ty>(request)
+                }
+            }
+            $crate::guest::export!(__WasmopExport with_types_in $crate::guest);
+        };
+    };
+}

@@ -1,0 +1,130 @@
+use crate::types::KindRef;
+use serde::{Deserialize, Serialize};
+
+/// A verb a plugin may use on a kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verb {
+    Get,
+    List,
+    Create,
+    Update,
+    UpdateStatus,
+    Delete,
+}
+
+impl Verb {
+    pub const ALL: [Verb; 6] =
+        [Verb::Get, Verb::List, Verb::Create, Verb::Update, Verb::UpdateStatus, Verb::Delete];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::UpdateStatus => "update-status",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// Permission to use `verbs` on `kind`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Permission {
+    pub kind: KindRef,
+    pub verbs: Vec<Verb>,
+}
+
+/// How a change to a watched object maps to primaries to reconcile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mapping {
+    /// Every primary (in the object's namespace when primaries are namespaced).
+    AllPrimaries,
+    /// The primary named by this label's value, in the object's namespace.
+    Label(String),
+    /// The primary of the same name and namespace.
+    SameName,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watch {
+    pub kind: KindRef,
+    pub mapping: Mapping,
+}
+
+/// What the host needs to run a plugin; see the WIT `manifest` record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub name: String,
+    pub version: String,
+    pub primary: KindRef,
+    pub namespaced: bool,
+    /// Empty: all namespaces.
+    pub namespaces: Vec<String>,
+    pub owns: Vec<KindRef>,
+    pub watches: Vec<Watch>,
+    pub permissions: Vec<Permission>,
+}
+
+impl Manifest {
+    /// A manifest reconciling the Rust type `P` (namespaced unless [`Self::cluster_scoped`]).
+    pub fn new<P: kube::core::Resource<DynamicType = ()>>(name: &str, version: &str) -> Self {
+        Self::for_kind(name, version, KindRef::of::<P>())
+    }
+
+    pub fn for_kind(name: &str, version: &str, primary: KindRef) -> Self {
+        Manifest {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            primary,
+            namespaced: true,
+            namespaces: Vec::new(),
+            owns: Vec::new(),
+            watches: Vec::new(),
+            permissions: Vec::new(),
+        }
+    }
+
+    pub fn cluster_scoped(mut self) -> Self {
+        self.namespaced = false;
+        self
+    }
+
+    /// Watch only these namespaces (default: all).
+    pub fn namespaces<I: IntoIterator<Item = S>, S: Into<String>>(mut self, ns: I) -> Self {
+        self.namespaces = ns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The plugin creates `O` with a controller ownerReference to the primary.
+    pub fn owns<O: kube::core::Resource<DynamicType = ()>>(mut self) -> Self {
+        self.owns.push(KindRef::of::<O>());
+        self
+    }
+
+    pub fn watches<W: kube::core::Resource<DynamicType = ()>>(mut self, mapping: Mapping) -> Self {
+        self.watches.push(Watch { kind: KindRef::of::<W>(), mapping });
+        self
+    }
+
+    /// Allows `verbs` on `T`.
+    pub fn allow<T: kube::core::Resource<DynamicType = ()>>(self, verbs: &[Verb]) -> Self {
+        self.allow_kind(KindRef::of::<T>(), verbs)
+    }
+
+    pub fn allow_kind(mut self, kind: KindRef, verbs: &[Verb]) -> Self {
+        match self.permissions.iter_mut().find(|p| p.kind == kind) {
+            Some(p) => {
+                for v in verbs {
+                    if !p.verbs.contains(v) {
+                        p.verbs.push(*v);
+                    }
+                }
+            }
+            None => self.permissions.push(Permission { kind, verbs: verbs.to_vec() }),
+        }
+        self
+    }
+}

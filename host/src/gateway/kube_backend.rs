@@ -1,0 +1,172 @@
+//! The real apiserver, through kube's dynamic API.
+
+use super::{Backend, Error, EventType, KindRef, ListParams, ObjectRef, from_kube};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{ApiCapabilities, Scope};
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Mutex, RwLock};
+
+/// Maps kinds to resources once (discovery of one group-version per kind), and is
+/// refreshed when a kind is unknown: only successful look-ups are cached, so a CRD
+/// installed after start-up is found on the next call.
+pub struct KubeBackend {
+    client: kube::Client,
+    resources: RwLock<HashMap<KindRef, (ApiResource, ApiCapabilities)>>,
+    recorders: Mutex<HashMap<String, Recorder>>,
+    instance: String,
+}
+
+impl KubeBackend {
+    /// `instance` names this host process in Events (reportingInstance).
+    pub fn new(client: kube::Client, instance: &str) -> Self {
+        KubeBackend {
+            client,
+            resources: RwLock::default(),
+            recorders: Mutex::default(),
+            instance: instance.to_owned(),
+        }
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// The resource for a kind, by discovery on first use.
+    pub async fn resource(&self, kind: &KindRef) -> Result<(ApiResource, ApiCapabilities), Error> {
+        if let Some(r) = self.resources.read().unwrap().get(kind) {
+            return Ok(r.clone());
+        }
+        let (group, version) = match kind.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", kind.api_version.as_str()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, &kind.kind);
+        let found = kube::discovery::pinned_kind(&self.client, &gvk).await.map_err(|e| match from_kube(e) {
+            Error::NotFound(_) => Error::NotFound(format!("kind {kind} is not served by the apiserver")),
+            other => other,
+        })?;
+        self.resources.write().unwrap().insert(kind.clone(), found.clone());
+        Ok(found)
+    }
+
+    async fn api(&self, kind: &KindRef, namespace: Option<&str>) -> Result<(Api<DynamicObject>, ApiResource), Error> {
+        let (ar, caps) = self.resource(kind).await?;
+        let api = match (&caps.scope, namespace) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            (Scope::Namespaced, None) => Api::all_with(self.client.clone(), &ar),
+            (Scope::Cluster, _) => Api::all_with(self.client.clone(), &ar),
+        };
+        Ok((api, ar))
+    }
+
+    async fn api_for(&self, object: &Value) -> Result<(Api<DynamicObject>, DynamicObject), Error> {
+        let r = super::object_ref(object)?;
+        let (api, _) = self.api(&r.kind_ref(), r.namespace.as_deref()).await?;
+        let obj: DynamicObject =
+            serde_json::from_value(object.clone()).map_err(|e| Error::Invalid(format!("malformed object: {e}")))?;
+        Ok((api, obj))
+    }
+
+    fn recorder(&self, reporter: &str) -> Recorder {
+        let mut recorders = self.recorders.lock().unwrap();
+        recorders
+            .entry(reporter.to_owned())
+            .or_insert_with(|| {
+                Recorder::new(
+                    self.client.clone(),
+                    Reporter { controller: format!("wasmop/{reporter}"), instance: Some(self.instance.clone()) },
+                )
+            })
+            .clone()
+    }
+}
+
+fn to_json(obj: DynamicObject, ar: Option<&ApiResource>) -> Result<Value, Error> {
+    let mut v = serde_json::to_value(obj).map_err(|e| Error::Internal(e.to_string()))?;
+    // List items come without apiVersion/kind; plugins expect whole objects.
+    if let (Some(ar), Some(m)) = (ar, v.as_object_mut()) {
+        m.entry("apiVersion").or_insert_with(|| ar.api_version.clone().into());
+        m.entry("kind").or_insert_with(|| ar.kind.clone().into());
+    }
+    Ok(v)
+}
+
+#[async_trait::async_trait]
+impl Backend for KubeBackend {
+    async fn get(&self, object: &ObjectRef) -> Result<Value, Error> {
+        let (api, ar) = self.api(&object.kind_ref(), object.namespace.as_deref()).await?;
+        to_json(api.get(&object.name).await.map_err(from_kube)?, Some(&ar))
+    }
+
+    async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Value>, Error> {
+        let (api, ar) = self.api(kind, params.namespace.as_deref()).await?;
+        let mut lp = kube::api::ListParams::default();
+        lp.label_selector = params.label_selector.clone();
+        lp.field_selector = params.field_selector.clone();
+        let list = api.list(&lp).await.map_err(from_kube)?;
+        list.items.into_iter().map(|o| to_json(o, Some(&ar))).collect()
+    }
+
+    async fn create(&self, object: Value) -> Result<Value, Error> {
+        let (api, obj) = self.api_for(&object).await?;
+        to_json(api.create(&PostParams::default(), &obj).await.map_err(from_kube)?, None)
+    }
+
+    async fn update(&self, object: Value) -> Result<Value, Error> {
+        let (api, obj) = self.api_for(&object).await?;
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        to_json(api.replace(&name, &PostParams::default(), &obj).await.map_err(from_kube)?, None)
+    }
+
+    async fn update_status(&self, object: Value) -> Result<Value, Error> {
+        let (api, obj) = self.api_for(&object).await?;
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        to_json(api.replace_status(&name, &PostParams::default(), &obj).await.map_err(from_kube)?, None)
+    }
+
+    async fn delete(&self, object: &ObjectRef) -> Result<(), Error> {
+        let (api, _) = self.api(&object.kind_ref(), object.namespace.as_deref()).await?;
+        api.delete(&object.name, &DeleteParams::background()).await.map_err(from_kube)?;
+        Ok(())
+    }
+
+    async fn record_event(
+        &self,
+        reporter: &str,
+        regarding: &ObjectRef,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        // `kubectl describe` selects Events by the regarded object's uid, so look it up.
+        let uid = match self.get(regarding).await {
+            Ok(v) => v.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned),
+            Err(_) => None,
+        };
+        let reference = ObjectReference {
+            api_version: Some(regarding.api_version.clone()),
+            kind: Some(regarding.kind.clone()),
+            namespace: regarding.namespace.clone(),
+            name: Some(regarding.name.clone()),
+            uid,
+            ..Default::default()
+        };
+        let ev = Event {
+            type_: match event_type {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: reason.to_owned(),
+            note: Some(message.to_owned()),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder(reporter).publish(&ev, &reference).await {
+            tracing::warn!(plugin = reporter, %regarding, "could not record event {reason}: {e}");
+        }
+    }
+}

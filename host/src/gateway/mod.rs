@@ -1,0 +1,172 @@
+//! The gateway: the only place that touches the cluster on a plugin's behalf.
+//!
+//! A [`Gateway`] is one plugin's view of the cluster. Every call is first checked
+//! against that plugin's [`Permissions`]; a denied call returns `forbidden` to the
+//! plugin, is logged and counted, and never reaches the [`Backend`]. Backends are the
+//! real apiserver ([`KubeBackend`]) or an in-memory cluster ([`MemoryBackend`]) for
+//! offline runs. Nothing here knows about wasm.
+
+mod error;
+mod kube_backend;
+mod memory;
+mod permissions;
+
+pub use error::from_kube;
+pub use kube_backend::KubeBackend;
+pub use memory::MemoryBackend;
+pub use permissions::Permissions;
+pub use wasmop_sdk::{Error, EventType, KindRef, ListParams, LogLevel, ObjectRef, Verb};
+
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Cluster access with no permission checks; see [`Gateway`] for the checked view.
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync {
+    async fn get(&self, object: &ObjectRef) -> Result<Value, Error>;
+    async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Value>, Error>;
+    async fn create(&self, object: Value) -> Result<Value, Error>;
+    async fn update(&self, object: Value) -> Result<Value, Error>;
+    async fn update_status(&self, object: Value) -> Result<Value, Error>;
+    async fn delete(&self, object: &ObjectRef) -> Result<(), Error>;
+    /// Records an Event; failures are the backend's to log, never the plugin's problem.
+    async fn record_event(
+        &self,
+        reporter: &str,
+        regarding: &ObjectRef,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    );
+}
+
+/// One plugin's permission-checked view of a [`Backend`].
+#[derive(Clone)]
+pub struct Gateway {
+    plugin: Arc<str>,
+    permissions: Arc<Permissions>,
+    backend: Arc<dyn Backend>,
+    denied: Arc<AtomicU64>,
+}
+
+impl Gateway {
+    pub fn new(plugin: &str, permissions: Arc<Permissions>, backend: Arc<dyn Backend>) -> Self {
+        Gateway { plugin: plugin.into(), permissions, backend, denied: Arc::default() }
+    }
+
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
+    /// How many calls this gateway has refused.
+    pub fn denied_calls(&self) -> u64 {
+        self.denied.load(Ordering::Relaxed)
+    }
+
+    fn check(&self, kind: &KindRef, verb: Verb, namespace: Option<&str>) -> Result<(), Error> {
+        self.permissions.check(kind, verb, namespace).inspect_err(|e| {
+            self.denied.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(plugin = %self.plugin, verb = verb.as_str(), %kind, namespace, "denied: {}", e.message());
+        })
+    }
+
+    pub async fn get(&self, object: &ObjectRef) -> Result<Value, Error> {
+        self.check(&object.kind_ref(), Verb::Get, object.namespace.as_deref())?;
+        self.backend.get(object).await
+    }
+
+    pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Value>, Error> {
+        self.check(kind, Verb::List, params.namespace.as_deref())?;
+        self.backend.list(kind, params).await
+    }
+
+    pub async fn create(&self, object: Value) -> Result<Value, Error> {
+        let r = object_ref(&object)?;
+        self.check(&r.kind_ref(), Verb::Create, r.namespace.as_deref())?;
+        self.backend.create(object).await
+    }
+
+    pub async fn update(&self, object: Value) -> Result<Value, Error> {
+        let r = object_ref(&object)?;
+        self.check(&r.kind_ref(), Verb::Update, r.namespace.as_deref())?;
+        self.backend.update(object).await
+    }
+
+    pub async fn update_status(&self, object: Value) -> Result<Value, Error> {
+        let r = object_ref(&object)?;
+        self.check(&r.kind_ref(), Verb::UpdateStatus, r.namespace.as_deref())?;
+        self.backend.update_status(object).await
+    }
+
+    pub async fn delete(&self, object: &ObjectRef) -> Result<(), Error> {
+        self.check(&object.kind_ref(), Verb::Delete, object.namespace.as_deref())?;
+        self.backend.delete(object).await
+    }
+
+    /// Events need no permission on the regarded kind: they only describe it.
+    pub async fn record_event(&self, regarding: &ObjectRef, event_type: EventType, reason: &str, message: &str) {
+        self.backend.record_event(&self.plugin, regarding, event_type, reason, message).await
+    }
+}
+
+/// The reference of an object a plugin passed in, or `invalid` naming what is missing.
+pub fn object_ref(object: &Value) -> Result<ObjectRef, Error> {
+    if !object.is_object() {
+        return Err(Error::Invalid("expected a JSON object".into()));
+    }
+    ObjectRef::of_json(object).ok_or_else(|| {
+        let missing: Vec<&str> = [("apiVersion", "/apiVersion"), ("kind", "/kind"), ("metadata.name", "/metadata/name")]
+            .into_iter()
+            .filter(|(_, p)| object.pointer(p).and_then(Value::as_str).is_none())
+            .map(|(n, _)| n)
+            .collect();
+        Error::Invalid(format!("object is missing {}", missing.join(", ")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn gateway(perms: Permissions) -> (Gateway, Arc<MemoryBackend>) {
+        let mem = Arc::new(MemoryBackend::default());
+        (Gateway::new("t", Arc::new(perms), mem.clone()), mem)
+    }
+
+    #[tokio::test]
+    async fn denied_call_writes_nothing_and_is_counted() {
+        let cm = KindRef::new("v1", "ConfigMap");
+        let mut p = Permissions::default();
+        p.allow(&cm, &[Verb::Get]);
+        let (g, mem) = gateway(p);
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d"}});
+        let err = g.create(obj).await.unwrap_err();
+        assert!(matches!(err, Error::Forbidden(ref m) if m.contains("create") && m.contains("ConfigMap")), "{err}");
+        let secret = ObjectRef::new(&KindRef::new("v1", "Secret"), Some("d"), "s");
+        assert!(matches!(g.get(&secret).await, Err(Error::Forbidden(_))));
+        assert_eq!(g.denied_calls(), 2);
+        assert!(mem.fake().take_writes().is_empty());
+    }
+
+    #[tokio::test]
+    async fn allowed_call_reaches_backend() {
+        let cm = KindRef::new("v1", "ConfigMap");
+        let mut p = Permissions::default();
+        p.allow(&cm, &[Verb::Create, Verb::Get]);
+        let (g, _) = gateway(p);
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d"}});
+        g.create(obj).await.unwrap();
+        assert!(g.get(&ObjectRef::new(&cm, Some("d"), "a")).await.is_ok());
+        assert_eq!(g.denied_calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn malformed_object_is_invalid_naming_the_field() {
+        let (g, _) = gateway(Permissions::default());
+        let err = g.create(json!({"apiVersion": "v1", "metadata": {}})).await.unwrap_err();
+        assert_eq!(err, Error::Invalid("object is missing kind, metadata.name".into()));
+        assert!(matches!(g.update(json!([1, 2])).await, Err(Error::Invalid(_))));
+    }
+}

@@ -1,0 +1,344 @@
+//! The runtime: the only place that touches wasmtime.
+//!
+//! One [`Runtime`] holds the Engine (pooling allocator, epoch interruption driven by a
+//! ticker thread) and the Linker with the contract's imports and a locked-down WASI.
+//! [`Runtime::compile`] turns plugin bytes into a [`Compiled`] (Component + pre-checked
+//! instantiation); each call then gets a **fresh Store**, so no state survives between
+//! reconciles and a trapped instance is simply dropped.
+//!
+//! Every call is bounded: a wall-clock deadline (the epoch ticker makes the guest yield
+//! every tick, so a spinning plugin never blocks a runtime thread and the deadline can
+//! fire), a memory cap, a cap on any payload the plugin hands the host, log, Event and
+//! output budgets, and a host-wide cap on concurrent instances.
+
+mod bindings;
+mod convert;
+mod host;
+mod output;
+
+use bindings::Plugin as PluginBindings;
+use bindings::PluginPre;
+use host::HostState;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmop_sdk::{Action, Manifest, ObjectRef, ReconcileError};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder};
+
+use crate::gateway::Gateway;
+
+/// Errors of loading or running a plugin. Each is data for an Event or a metric; none
+/// takes the host down.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("not a WebAssembly component: {0}")]
+    NotAComponent(String),
+    #[error("does not implement the wasmop:operator plugin world: {0}")]
+    WrongWorld(String),
+    #[error("could not compile: {0}")]
+    Compile(String),
+    #[error("plugin trapped ({kind}): {message}")]
+    Trap { kind: TrapKind, message: String },
+    #[error("plugin exceeded its deadline of {0:?}")]
+    Timeout(Duration),
+    #[error("plugin refused its settings: {0}")]
+    Manifest(String),
+    #[error("host is shutting down")]
+    Closed,
+}
+
+impl RuntimeError {
+    /// A short label for metrics and Events: `timeout`, `memory`, `panic`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RuntimeError::NotAComponent(_) => "not-a-component",
+            RuntimeError::WrongWorld(_) => "wrong-world",
+            RuntimeError::Compile(_) => "compile",
+            RuntimeError::Trap { kind, .. } => kind.as_str(),
+            RuntimeError::Timeout(_) => "timeout",
+            RuntimeError::Manifest(_) => "manifest",
+            RuntimeError::Closed => "closed",
+        }
+    }
+}
+
+/// How a plugin trapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrapKind {
+    /// A Rust panic (unreachable), or an explicit abort.
+    Panic,
+    /// It tried to grow memory past its cap.
+    Memory,
+    StackOverflow,
+    OutOfFuel,
+    Other,
+}
+
+impl TrapKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrapKind::Panic => "panic",
+            TrapKind::Memory => "memory",
+            TrapKind::StackOverflow => "stack-overflow",
+            TrapKind::OutOfFuel => "fuel",
+            TrapKind::Other => "trap",
+        }
+    }
+}
+
+impl std::fmt::Display for TrapKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Per-call limits. The defaults suit a reconciler that makes a few dozen API calls.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Wall-clock time for one call, host calls included. Why 30 s: the apiserver's own
+    /// request timeout is 60 s, and a reconcile slower than half of it is stuck.
+    pub deadline: Duration,
+    /// Linear memory of one instance. Why 128 MiB: the shipped plugins peak below 8 MiB;
+    /// this leaves room for large lists while 64 concurrent instances stay under 8 GiB.
+    pub memory_bytes: usize,
+    /// Largest object or string accepted from a plugin in one host call. Why 4 MiB: the
+    /// apiserver rejects requests over 3 MiB anyway.
+    pub max_payload: usize,
+    /// Log lines and Events one call may emit; the rest is dropped with a warning.
+    pub log_lines: u32,
+    pub events: u32,
+    /// Bytes of stdout+stderr one call may write into the host log.
+    pub output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(30),
+            memory_bytes: 128 << 20,
+            max_payload: 4 << 20,
+            log_lines: 1000,
+            events: 100,
+            output_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Engine-wide settings.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Instances alive at once, host-wide. Why 64: each reserves a pooling slot; 64
+    /// concurrent reconciles already saturate two cores many times over.
+    pub max_instances: u32,
+    /// The largest `Limits::memory_bytes` any plugin may be given.
+    pub memory_ceiling: usize,
+    /// How often the epoch ticks: the granularity of deadlines and yields.
+    pub tick: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { max_instances: 64, memory_ceiling: 512 << 20, tick: Duration::from_millis(10) }
+    }
+}
+
+/// A compiled plugin, ready to instantiate. Cheap to clone.
+#[derive(Clone)]
+pub struct Compiled {
+    pre: PluginPre<HostState>,
+    size: usize,
+}
+
+impl Compiled {
+    /// Size of the component's bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+/// See the module docs.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    slots: Arc<tokio::sync::Semaphore>,
+    config: RuntimeConfig,
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        let mut pool = PoolingAllocationConfig::default();
+        let n = config.max_instances.max(1);
+        pool.total_component_instances(n + 2)
+            .total_core_instances((n + 2) * 10)
+            .total_memories((n + 2) * 2)
+            .total_tables((n + 2) * 4)
+            .max_memories_per_component(2)
+            .max_memory_size(config.memory_ceiling)
+            .total_stacks(n + 2);
+        let mut cfg = Config::new();
+        cfg.wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+            // Plugins are at most a few MiB of code: keep reservations small.
+            .memory_reservation(config.memory_ceiling as u64)
+            .memory_guard_size(64 << 10)
+            .memory_reservation_for_growth(0);
+        let engine = Engine::new(&cfg).map_err(|e| RuntimeError::Compile(format!("engine: {e}")))?;
+
+        let mut linker = Linker::<HostState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| RuntimeError::Compile(e.to_string()))?;
+        PluginBindings::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| RuntimeError::Compile(e.to_string()))?;
+
+        let weak = engine.weak();
+        let tick = config.tick;
+        std::thread::Builder::new()
+            .name("wasmop-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(tick);
+                }
+            })
+            .map_err(|e| RuntimeError::Compile(format!("epoch thread: {e}")))?;
+
+        Ok(Runtime { engine, linker, slots: Arc::new(tokio::sync::Semaphore::new(n as usize)), config })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles and type-checks plugin bytes. CPU-heavy: run it off the async runtime
+    /// (`spawn_blocking`).
+    pub fn compile(&self, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
+        check_header(bytes)?;
+        let component = Component::new(&self.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
+        let pre = PluginPre::new(pre).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
+        Ok(Compiled { pre, size: bytes.len() })
+    }
+
+    /// Asks a compiled plugin for its manifest under `settings`. The plugin has no
+    /// cluster access during this call.
+    pub async fn manifest(&self, c: &Compiled, name: &str, settings: &str, limits: &Limits) -> Result<Manifest, RuntimeError> {
+        let r = self
+            .call(c, name, None, limits, async |p, s| {
+                p.wasmop_operator_reconciler().call_manifest(s, settings).await
+            })
+            .await?;
+        r.map(convert::manifest).map_err(RuntimeError::Manifest)
+    }
+
+    /// Runs one reconcile. The outer error is the host's view (trap, timeout); the inner
+    /// one is the plugin's own answer.
+    pub async fn reconcile(
+        &self,
+        c: &Compiled,
+        gateway: Gateway,
+        object: &ObjectRef,
+        current: Option<&serde_json::Value>,
+        settings: &str,
+        limits: &Limits,
+    ) -> Result<Result<Action, ReconcileError>, RuntimeError> {
+        let req = bindings::exports::wasmop::operator::reconciler::Request {
+            object: convert::wit_ref(object),
+            current: current.map(|c| c.to_string()),
+            settings: settings.to_owned(),
+        };
+        let name = gateway.plugin().to_owned();
+        let r = self
+            .call(c, &name, Some(gateway), limits, async |p, s| {
+                p.wasmop_operator_reconciler().call_reconcile(s, &req).await
+            })
+            .await?;
+        Ok(match r {
+            Ok(a) => Ok(Action { requeue_after: a.requeue_after_ms.map(Duration::from_millis) }),
+            Err(e) => Err(ReconcileError { message: e.message, retry: e.retry }),
+        })
+    }
+
+    async fn call<R>(
+        &self,
+        c: &Compiled,
+        name: &str,
+        gateway: Option<Gateway>,
+        limits: &Limits,
+        f: impl AsyncFnOnce(&PluginBindings, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, RuntimeError> {
+        let _slot = self.slots.acquire().await.map_err(|_| RuntimeError::Closed)?;
+        let plugin: Arc<str> = name.into();
+        let (stdout, stderr) = output::PluginOutput::pair(plugin.clone(), limits.output_bytes);
+        let mut wasi = wasmtime_wasi::WasiCtx::builder();
+        wasi.stdout(stdout).stderr(stderr);
+        let state = HostState {
+            wasi: wasi.build(),
+            table: Default::default(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes.min(self.config.memory_ceiling))
+                .trap_on_grow_failure(true)
+                .build(),
+            gateway,
+            plugin,
+            max_payload: limits.max_payload,
+            log_budget: limits.log_lines,
+            event_budget: limits.events,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| s.limiter());
+        // Yield to the async runtime on every tick; the timeout below bounds the total.
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+
+        let run = async {
+            let instance = c.pre.instantiate_async(&mut store).await?;
+            f(&instance, &mut store).await
+        };
+        match tokio::time::timeout(limits.deadline, run).await {
+            Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(classify(e)),
+        }
+    }
+}
+
+fn check_header(bytes: &[u8]) -> Result<(), RuntimeError> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(RuntimeError::NotAComponent("the file is not WebAssembly (no \\0asm header)".into()));
+    }
+    if bytes[4..8] == [1, 0, 0, 0] {
+        return Err(RuntimeError::NotAComponent(
+            "this is a core WebAssembly module; build the plugin with `cargo component build` or `cargo build --target wasm32-wasip2`".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn classify(e: wasmtime::Error) -> RuntimeError {
+    let message = format!("{e:#}");
+    let kind = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::UnreachableCodeReached) => TrapKind::Panic,
+        Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
+        Some(wasmtime::Trap::OutOfFuel) => TrapKind::OutOfFuel,
+        Some(wasmtime::Trap::MemoryOutOfBounds) => TrapKind::Other,
+        _ if message.contains("memory growth failure") || message.contains("memory minimum size") => TrapKind::Memory,
+        _ => TrapKind::Other,
+    };
+    RuntimeError::Trap { kind, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_non_wasm_and_core_modules_with_a_reason() {
+        let rt = Runtime::new(RuntimeConfig { max_instances: 2, ..Default::default() }).unwrap();
+        let e = rt.compile(b"hello world, not wasm").err().unwrap();
+        assert!(matches!(e, RuntimeError::NotAComponent(ref m) if m.contains("not WebAssembly")), "{e}");
+        let core = b"\0asm\x01\0\0\0";
+        let e = rt.compile(core).err().unwrap();
+        assert!(matches!(e, RuntimeError::NotAComponent(ref m) if m.contains("core WebAssembly module")), "{e}");
+    }
+}
