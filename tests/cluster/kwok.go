@@ -14,6 +14,9 @@ import (
 // separate flag set before the cobra command sees the rest.
 func runKwok(args []string) int {
 	os.Args = append([]string{"kwok"}, args...)
+	// Kubernetes' component-base registers a non-bool --version on the global flag set,
+	// which cobra would then merge into kwok's command; kwok needs its own bool one.
+	pflag.CommandLine = pflag.NewFlagSet("kwok", pflag.ExitOnError)
 	flagset := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	flagset.ParseErrorsAllowlist.UnknownFlags = true
 	flagset.Usage = func() {}
