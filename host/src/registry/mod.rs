@@ -1,0 +1,235 @@
+//! The registry: which version of each plugin is serving.
+//!
+//! [`Registry::apply`] takes a [`PluginSpec`] (name, bytes, settings) and admits it only
+//! after it compiled (off the async runtime, deduplicated by sha256 so the same bytes
+//! loaded under many names compile once), type-checked against the contract, and
+//! answered `manifest` for its settings, and after its primary kind and namespaces do
+//! not collide with another plugin's. Then the swap is atomic: a reconcile that already
+//! holds the old version finishes on it; the next one gets the new one. A rejected
+//! version leaves the previous one serving.
+//!
+//! Controllers subscribe to [`RegistryEvent`]s to start, re-watch and stop.
+
+use crate::gateway::Permissions;
+use crate::runtime::{Compiled, Limits, Runtime, RuntimeError};
+use arc_swap::ArcSwap;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::SystemTime;
+use tokio::sync::broadcast;
+use wasmop_sdk::Manifest;
+
+/// One version of a plugin, as a source delivers it.
+#[derive(Clone, Debug)]
+pub struct PluginSpec {
+    /// Unique among loaded plugins; the same bytes may be loaded under several names.
+    pub name: String,
+    pub bytes: Arc<[u8]>,
+    /// The deployer's settings document (may be empty).
+    pub settings: String,
+    /// Where it came from, for logs and Events (`dir:/plugins/x.wasm`, `configmap:ns/cm#key`).
+    pub origin: String,
+    pub limits: Limits,
+    /// Operator narrowing: only these namespaces (None: no narrowing).
+    pub allowed_namespaces: Option<Vec<String>>,
+}
+
+/// A loaded, admitted version.
+pub struct LoadedPlugin {
+    pub name: String,
+    pub sha256: String,
+    pub settings: String,
+    pub origin: String,
+    pub manifest: Manifest,
+    pub permissions: Arc<Permissions>,
+    pub compiled: Arc<Compiled>,
+    pub limits: Limits,
+    pub loaded_at: SystemTime,
+}
+
+/// The swappable current version of one plugin.
+pub type Handle = Arc<ArcSwap<LoadedPlugin>>;
+
+#[derive(Clone)]
+pub enum RegistryEvent {
+    /// A plugin was loaded for the first time, or replaced. `watches_changed` is true
+    /// when its primary, owned or watched kinds or its namespaces differ from before.
+    Upserted { name: String, handle: Handle, watches_changed: bool },
+    Removed { name: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl LoadError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LoadError::Runtime(e) => e.kind(),
+            LoadError::Conflict(_) => "conflict",
+        }
+    }
+}
+
+pub struct Registry {
+    runtime: Arc<Runtime>,
+    plugins: Mutex<HashMap<String, Handle>>,
+    /// Compiled code by sha256; weak so code no plugin uses is freed.
+    compiled: Mutex<HashMap<[u8; 32], Weak<Compiled>>>,
+    events: broadcast::Sender<RegistryEvent>,
+}
+
+impl Registry {
+    pub fn new(runtime: Arc<Runtime>) -> Arc<Self> {
+        Arc::new(Registry {
+            runtime,
+            plugins: Mutex::default(),
+            compiled: Mutex::default(),
+            events: broadcast::channel(1024).0,
+        })
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.events.subscribe()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        self.plugins.lock().unwrap().get(name).map(|h| h.load_full())
+    }
+
+    pub fn handles(&self) -> Vec<(String, Handle)> {
+        self.plugins.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// Compiles (or reuses) and admits `spec`; see the module docs.
+    pub async fn apply(&self, spec: PluginSpec) -> Result<Arc<LoadedPlugin>, LoadError> {
+        let digest: [u8; 32] = Sha256::digest(&spec.bytes).into();
+        let sha256 = hex::encode(digest);
+        if let Some(cur) = self.get(&spec.name) {
+            if cur.sha256 == sha256 && cur.settings == spec.settings && cur.limits.deadline == spec.limits.deadline {
+                return Ok(cur);
+            }
+        }
+        let compiled = self.compile(digest, &spec.bytes).await?;
+        let manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
+        let mut permissions = Permissions::from_manifest(&manifest);
+        if let Some(ns) = &spec.allowed_namespaces {
+            permissions.restrict_namespaces(ns.iter().cloned());
+        }
+        let loaded = Arc::new(LoadedPlugin {
+            name: spec.name.clone(),
+            sha256,
+            settings: spec.settings,
+            origin: spec.origin,
+            manifest,
+            permissions: Arc::new(permissions),
+            compiled,
+            limits: spec.limits,
+            loaded_at: SystemTime::now(),
+        });
+
+        let event = {
+            let mut plugins = self.plugins.lock().unwrap();
+            if let Some((other, _)) = plugins
+                .iter()
+                .find(|(n, h)| **n != spec.name && overlaps(&h.load().manifest, &loaded.manifest))
+            {
+                return Err(LoadError::Conflict(format!(
+                    "plugin {other} already reconciles {} in an overlapping set of namespaces",
+                    loaded.manifest.primary
+                )));
+            }
+            match plugins.get(&spec.name) {
+                Some(h) => {
+                    let old = h.swap(loaded.clone());
+                    RegistryEvent::Upserted {
+                        name: spec.name.clone(),
+                        handle: h.clone(),
+                        watches_changed: watch_set(&old.manifest) != watch_set(&loaded.manifest),
+                    }
+                }
+                None => {
+                    let h: Handle = Arc::new(ArcSwap::new(loaded.clone()));
+                    plugins.insert(spec.name.clone(), h.clone());
+                    RegistryEvent::Upserted { name: spec.name.clone(), handle: h, watches_changed: true }
+                }
+            }
+        };
+        tracing::info!(
+            plugin = %loaded.name, version = %loaded.manifest.version, sha256 = %loaded.sha256,
+            origin = %loaded.origin, primary = %loaded.manifest.primary, "plugin loaded"
+        );
+        let _ = self.events.send(event);
+        Ok(loaded)
+    }
+
+    /// Stops serving `name`; true when it was loaded.
+    pub fn remove(&self, name: &str) -> bool {
+        let removed = self.plugins.lock().unwrap().remove(name).is_some();
+        if removed {
+            tracing::info!(plugin = name, "plugin removed");
+            let _ = self.events.send(RegistryEvent::Removed { name: name.to_owned() });
+        }
+        removed
+    }
+
+    async fn compile(&self, digest: [u8; 32], bytes: &Arc<[u8]>) -> Result<Arc<Compiled>, RuntimeError> {
+        if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
+            return Ok(c);
+        }
+        let rt = self.runtime.clone();
+        let bytes = bytes.clone();
+        let compiled = tokio::task::spawn_blocking(move || rt.compile(&bytes))
+            .await
+            .map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))??;
+        let compiled = Arc::new(compiled);
+        let mut cache = self.compiled.lock().unwrap();
+        cache.retain(|_, w| w.strong_count() > 0);
+        cache.insert(digest, Arc::downgrade(&compiled));
+        Ok(compiled)
+    }
+}
+
+/// What a controller watches: changes here need new watches.
+fn watch_set(m: &Manifest) -> (String, bool, Vec<String>, String, String) {
+    (
+        m.primary.to_string(),
+        m.namespaced,
+        m.namespaces.clone(),
+        format!("{:?}", m.owns),
+        format!("{:?}", m.watches),
+    )
+}
+
+/// Two manifests reconcile the same primary kind in at least one common namespace.
+fn overlaps(a: &Manifest, b: &Manifest) -> bool {
+    a.primary == b.primary
+        && (a.namespaces.is_empty() || b.namespaces.is_empty() || a.namespaces.iter().any(|n| b.namespaces.contains(n)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmop_sdk::KindRef;
+
+    #[test]
+    fn same_kind_overlap_rules() {
+        let k = KindRef::new("cache.example.com/v1alpha1", "Memcached");
+        let all = Manifest::for_kind("a", "1", k.clone());
+        let a = Manifest::for_kind("a", "1", k.clone()).namespaces(["a"]);
+        let b = Manifest::for_kind("b", "1", k.clone()).namespaces(["b"]);
+        assert!(overlaps(&all, &a));
+        assert!(!overlaps(&a, &b));
+        assert!(overlaps(&a, &Manifest::for_kind("c", "1", k).namespaces(["b", "a"])));
+        assert!(!overlaps(&a, &Manifest::for_kind("d", "1", KindRef::new("v1", "ConfigMap"))));
+    }
+}

@@ -154,6 +154,12 @@ impl Compiled {
     pub fn size(&self) -> usize {
         self.size
     }
+
+    /// The names of the component's imports and exports, for `wasmop inspect`.
+    pub fn interfaces(&self, engine: &Engine) -> (Vec<String>, Vec<String>) {
+        let ty = self.pre.instance_pre().component().component_type();
+        (ty.imports(engine).map(|(n, _)| n.to_owned()).collect(), ty.exports(engine).map(|(n, _)| n.to_owned()).collect())
+    }
 }
 
 /// See the module docs.

@@ -1,0 +1,34 @@
+//! Plugin sources: where plugin bytes come from. A source only turns "bytes appeared,
+//! changed or vanished" into [`SourceEvent`]s; it knows nothing of wasm. The driver in
+//! the CLI feeds them to the registry and reports rejections back through the source's
+//! [`Reporter`] (a log line for a directory; an Event on the ConfigMap for a ConfigMap).
+
+pub mod bytes;
+mod dir;
+
+pub use dir::DirSource;
+
+use crate::registry::PluginSpec;
+use tokio::sync::mpsc;
+
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// A new plugin or a new version (bytes or settings changed).
+    Upsert(PluginSpec),
+    /// The plugin is gone from the source.
+    Remove { name: String },
+}
+
+/// A running source sends events until `tx` closes.
+#[async_trait::async_trait]
+pub trait PluginSource: Send + 'static {
+    async fn run(self: Box<Self>, tx: mpsc::Sender<SourceEvent>);
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Invalid(String),
+}

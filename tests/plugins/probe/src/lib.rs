@@ -1,1 +1,139 @@
+//! A test plugin that makes the host's reconcile loop observable.
+//!
+//! It reconciles ConfigMaps labelled `probe=true` in the namespace named by its
+//! settings (`namespace: NAME`) and keeps a ServiceAccount `<name>-probe` owned by each,
+//! annotated `probe/value` = the ConfigMap's `data.value`. `data.mode` picks extra
+//! behaviour: `requeue` asks to be called again after 500 ms, `fail` returns a
+//! retryable error, `forbidden` tries to create a Secret it never declared and records
+//! the answer on the ServiceAccount as `probe/forbidden`. Every reconcile logs
+//! `probe reconcile` with the name and mode, which the e2e tests read from the host log.
 
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use wasmop_sdk::helpers::controller_ref;
+use wasmop_sdk::{Action, ClusterExt, Context, Manifest, ReconcileError, Reconciler, Request, Verb};
+
+pub struct Probe;
+
+fn setting<'a>(settings: &'a str, key: &str) -> Option<&'a str> {
+    settings.lines().find_map(|l| l.trim().strip_prefix(key)?.trim_start().strip_prefix(':').map(str::trim))
+}
+
+impl Reconciler for Probe {
+    fn manifest(settings: &str) -> Result<Manifest, String> {
+        let ns = setting(settings, "namespace").ok_or("settings need `namespace: NAME`")?;
+        Ok(Manifest::new::<ConfigMap>("probe", "1.0.0")
+            .namespaces([ns])
+            .owns::<ServiceAccount>()
+            .allow::<ServiceAccount>(&[Verb::Create, Verb::Update]))
+    }
+
+    fn reconcile(ctx: &Context<'_>, req: &Request) -> Result<Action, ReconcileError> {
+        let name = &req.object.name;
+        let Some(cm) = req.current_as::<ConfigMap>()? else {
+            ctx.info("probe reconcile", &[("name", name), ("mode", "gone")]);
+            return Ok(Action::done());
+        };
+        if cm.metadata.labels.as_ref().and_then(|l| l.get("probe")).map(String::as_str) != Some("true") {
+            return Ok(Action::done());
+        }
+        let data = cm.data.clone().unwrap_or_default();
+        let mode = data.get("mode").map(String::as_str).unwrap_or("normal");
+        ctx.info("probe reconcile", &[("name", name), ("mode", mode)]);
+
+        let mut annotations = BTreeMap::new();
+        annotations.insert("probe/value".to_owned(), data.get("value").cloned().unwrap_or_default());
+        if mode == "forbidden" {
+            let secret = Secret {
+                metadata: ObjectMeta { name: Some(format!("{name}-stolen")), namespace: cm.metadata.namespace.clone(), ..Default::default() },
+                ..Default::default()
+            };
+            let outcome = match ctx.create_obj(&secret) {
+                Ok(_) => "created".to_owned(),
+                Err(e) => e.code().to_owned(),
+            };
+            annotations.insert("probe/forbidden".to_owned(), outcome);
+        }
+
+        let ns = cm.metadata.namespace.as_deref();
+        let sa_name = format!("{name}-probe");
+        match ctx.get_opt::<ServiceAccount>(ns, &sa_name)? {
+            None => {
+                let sa = ServiceAccount {
+                    metadata: ObjectMeta {
+                        name: Some(sa_name),
+                        namespace: cm.metadata.namespace.clone(),
+                        owner_references: controller_ref(&cm).map(|r| vec![r]),
+                        annotations: Some(annotations),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                ctx.create_obj(&sa)?;
+            }
+            Some(mut sa) if sa.metadata.annotations.as_ref() != Some(&annotations) => {
+                sa.metadata.annotations = Some(annotations);
+                ctx.update_obj(&sa)?;
+            }
+            Some(_) => {}
+        }
+        match mode {
+            "requeue" => Ok(Action::requeue(Duration::from_millis(500))),
+            "fail" => Err(ReconcileError::retry("probe asked to fail")),
+            _ => Ok(Action::done()),
+        }
+    }
+}
+
+wasmop_sdk::export_plugin!(Probe);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmop_sdk::fake::FakeCluster;
+    use wasmop_sdk::{KindRef, ObjectRef};
+
+    fn cm(mode: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                namespace: Some("t".into()),
+                labels: Some([("probe".to_string(), "true".to_string())].into()),
+                ..Default::default()
+            },
+            data: Some([("value".to_string(), "1".to_string()), ("mode".to_string(), mode.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn run(fake: &FakeCluster, stored: serde_json::Value) -> Result<Action, ReconcileError> {
+        let req = Request { object: ObjectRef::of_json(&stored).unwrap(), current: Some(stored), settings: "namespace: t".into() };
+        Probe::reconcile(&Context::new(fake), &req)
+    }
+
+    #[test]
+    fn creates_owned_service_account_and_converges() {
+        let fake = FakeCluster::new();
+        let stored = fake.seed_obj(&cm("normal")).unwrap();
+        assert_eq!(run(&fake, stored.clone()), Ok(Action::done()));
+        let sa = fake.object(&ObjectRef::new(&KindRef::of::<ServiceAccount>(), Some("t"), "a-probe")).unwrap();
+        assert_eq!(sa["metadata"]["annotations"]["probe/value"], "1");
+        assert_eq!(sa["metadata"]["ownerReferences"][0]["uid"], stored["metadata"]["uid"]);
+        fake.take_writes();
+        run(&fake, stored).unwrap();
+        assert!(fake.take_writes().is_empty(), "a converged object is not written again");
+    }
+
+    #[test]
+    fn modes() {
+        let fake = FakeCluster::new();
+        let stored = fake.seed_obj(&cm("requeue")).unwrap();
+        assert_eq!(run(&fake, stored).unwrap().requeue_after, Some(Duration::from_millis(500)));
+        let fake = FakeCluster::new();
+        let stored = fake.seed_obj(&cm("fail")).unwrap();
+        assert!(run(&fake, stored).unwrap_err().retry);
+        assert!(Probe::manifest("").is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! `wasmop inspect`: what a plugin is, before anyone deploys it.
+
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::process::ExitCode;
+use wasmop::gateway::Permissions;
+use wasmop::runtime::Limits;
+
+pub async fn inspect(path: &Path, settings: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let (rt, compiled, bytes) = super::load(path).await?;
+    let settings = super::read_settings(settings)?;
+    let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin");
+    let manifest = rt.manifest(&compiled, name, &settings, &Limits::default()).await?;
+    let (imports, exports) = compiled.interfaces(rt.engine());
+    let perms = Permissions::from_manifest(&manifest);
+    let grants: Vec<serde_json::Value> = perms
+        .grants()
+        .map(|(k, v)| serde_json::json!({"kind": k.to_string(), "verbs": v.iter().map(|v| v.as_str()).collect::<Vec<_>>()}))
+        .collect();
+    let out = serde_json::json!({
+        "file": path.display().to_string(),
+        "size": bytes.len(),
+        "sha256": hex::encode(Sha256::digest(&bytes)),
+        "manifest": manifest,
+        "effectivePermissions": grants,
+        "imports": imports,
+        "exports": exports,
+    });
+    print!("{}", serde_yaml::to_string(&out)?);
+    Ok(ExitCode::SUCCESS)
+}

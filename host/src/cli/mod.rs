@@ -1,0 +1,67 @@
+//! Command-line parsing and dispatch. Every `run` flag can also be set by environment
+//! variable (`WASMOP_...`), the way a Deployment usually configures a controller.
+
+mod inspect;
+mod offline;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "wasmop", version, about = "Run Kubernetes reconcilers as sandboxed WebAssembly components")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the host: load plugins and reconcile against the cluster in KUBECONFIG (or in-cluster).
+    Run(run::RunArgs),
+    /// Print a plugin's manifest, imports, exports and size.
+    Inspect {
+        /// The plugin (.wasm or .wasm.gz).
+        plugin: PathBuf,
+        /// A settings document to compute the manifest with.
+        #[arg(long)]
+        settings: Option<PathBuf>,
+    },
+    /// Run one reconcile offline against an in-memory cluster and print what the plugin wrote.
+    Reconcile(offline::ReconcileArgs),
+}
+
+pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(args) => run::run(args).await,
+        Command::Inspect { plugin, settings } => inspect::inspect(&plugin, settings.as_deref()).await,
+        Command::Reconcile(args) => offline::reconcile(args).await,
+    }
+}
+
+/// Reads a plugin file (gunzipping it if needed) and compiles it with a small runtime.
+pub(crate) async fn load(
+    path: &std::path::Path,
+) -> anyhow::Result<(std::sync::Arc<wasmop::runtime::Runtime>, wasmop::runtime::Compiled, Vec<u8>)> {
+    use anyhow::Context;
+    let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = wasmop::sources::bytes::decode(&raw).with_context(|| path.display().to_string())?;
+    let rt = std::sync::Arc::new(wasmop::runtime::Runtime::new(wasmop::runtime::RuntimeConfig {
+        max_instances: 4,
+        ..Default::default()
+    })?);
+    let compiled = {
+        let (rt, b) = (rt.clone(), bytes.clone());
+        tokio::task::spawn_blocking(move || rt.compile(&b)).await??
+    };
+    Ok((rt, compiled, bytes))
+}
+
+pub(crate) fn read_settings(path: Option<&std::path::Path>) -> anyhow::Result<String> {
+    use anyhow::Context;
+    match path {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("cannot read settings {}", p.display())),
+        None => Ok(String::new()),
+    }
+}

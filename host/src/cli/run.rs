@@ -1,0 +1,134 @@
+//! `wasmop run`: the host process.
+
+use anyhow::Context;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use wasmop::controllers::{Manager, Shared};
+use wasmop::gateway::KubeBackend;
+use wasmop::registry::Registry;
+use wasmop::runtime::{Limits, Runtime, RuntimeConfig};
+use wasmop::sources::{DirSource, PluginSource, SourceEvent};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Load plugins from this directory (NAME.wasm[.gz] + optional NAME.settings.yaml); watched for changes.
+    #[arg(long, env = "WASMOP_PLUGINS_DIR")]
+    plugins_dir: Option<PathBuf>,
+    /// Concurrent reconciles per plugin.
+    #[arg(long, env = "WASMOP_WORKERS", default_value_t = 4)]
+    workers: usize,
+    /// Wasm instances alive at once, host-wide.
+    #[arg(long, env = "WASMOP_MAX_INSTANCES", default_value_t = 64)]
+    max_instances: u32,
+    /// Wall-clock deadline of one reconcile, in seconds.
+    #[arg(long, env = "WASMOP_RECONCILE_DEADLINE_SECONDS", default_value_t = 30)]
+    reconcile_deadline_seconds: u64,
+    /// Linear memory of one plugin instance, in MiB.
+    #[arg(long, env = "WASMOP_PLUGIN_MEMORY_MIB", default_value_t = 128)]
+    plugin_memory_mib: usize,
+    /// Log format.
+    #[arg(long, env = "WASMOP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    log_format: LogFormat,
+    /// Grace period for in-flight reconciles on SIGTERM/SIGINT, in seconds.
+    #[arg(long, env = "WASMOP_SHUTDOWN_GRACE_SECONDS", default_value_t = 25)]
+    shutdown_grace_seconds: u64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WASMOP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,wasmtime=warn,cranelift=warn"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    init_logs(args.log_format);
+    let client = kube::Client::try_default().await.context("cannot reach the cluster (KUBECONFIG or in-cluster config)")?;
+    let instance = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));
+    let kube = Arc::new(KubeBackend::new(client, &instance));
+    let runtime = Arc::new(Runtime::new(RuntimeConfig {
+        max_instances: args.max_instances,
+        memory_ceiling: (args.plugin_memory_mib << 20).max(RuntimeConfig::default().memory_ceiling),
+        ..Default::default()
+    })?);
+    let limits = Limits {
+        deadline: Duration::from_secs(args.reconcile_deadline_seconds),
+        memory_bytes: args.plugin_memory_mib << 20,
+        ..Default::default()
+    };
+    let registry = Registry::new(runtime.clone());
+
+    let (tx, rx) = mpsc::channel(64);
+    let mut sources: Vec<Box<dyn PluginSource>> = Vec::new();
+    if let Some(dir) = &args.plugins_dir {
+        sources.push(Box::new(DirSource::new(dir, limits.clone())));
+    }
+    if sources.is_empty() {
+        tracing::warn!("no plugin source given (--plugins-dir): the host will idle");
+    }
+    for s in sources {
+        tokio::spawn(s.run(tx.clone()));
+    }
+    drop(tx);
+    tokio::spawn(drive(registry.clone(), rx));
+
+    let shared = Arc::new(Shared { kube, runtime, workers: args.workers });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let manager = tokio::spawn(Manager::new(shared).run(registry, async move {
+        let _ = stopped.await;
+    }));
+    tracing::info!(instance, "wasmop host running");
+    shutdown_signal().await;
+    let _ = stop.send(());
+    // Controllers stop taking work and drain in-flight reconciles; whatever is still
+    // running after the grace period is abandoned (reconciles are idempotent, and the
+    // next leader or start converges it).
+    let grace = Duration::from_secs(args.shutdown_grace_seconds);
+    if tokio::time::timeout(grace, manager).await.is_err() {
+        tracing::warn!(?grace, "grace period over with reconciles still running; exiting");
+    }
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Feeds source events into the registry; a rejected version is logged and the
+/// previous one keeps serving.
+async fn drive(registry: Arc<Registry>, mut rx: mpsc::Receiver<SourceEvent>) {
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            SourceEvent::Upsert(spec) => {
+                let (name, origin) = (spec.name.clone(), spec.origin.clone());
+                if let Err(e) = registry.apply(spec).await {
+                    let serving = registry.get(&name).map(|p| p.sha256.clone());
+                    tracing::error!(plugin = %name, %origin, reason = e.kind(), previous = ?serving, "plugin version rejected: {e}");
+                }
+            }
+            SourceEvent::Remove { name } => {
+                registry.remove(&name);
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down: finishing in-flight reconciles");
+}

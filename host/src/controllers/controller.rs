@@ -1,0 +1,294 @@
+//! One plugin's controller: watches, a queue, and workers that call the plugin.
+//!
+//! Flow: watch streams for the primary, owned and watched kinds (one per namespace
+//! when the manifest names namespaces) → each event maps to primary keys → the
+//! [`Queue`] (one key never runs twice at once; re-added keys run once more) → workers
+//! load the plugin's *current* version, reconcile, and requeue per the answer: after
+//! `requeue-after`, with per-object exponential backoff on a retryable error or a
+//! fault, or not at all.
+//!
+//! Guarantees: a reconcile already running when the plugin is swapped finishes on the
+//! old version; the next uses the new one. Stopping closes the queue and waits for
+//! in-flight reconciles; nothing is cancelled half-way. A primary deleted while the
+//! watch was down is reconciled once after the re-list (with `current` = none).
+
+use super::backoff::Backoff;
+use super::queue::Queue;
+use crate::gateway::{Backend, EventType, Gateway, KindRef, KubeBackend, ObjectRef};
+use crate::registry::Handle;
+use crate::runtime::Runtime;
+use futures::{StreamExt, stream::BoxStream};
+use kube::api::{Api, DynamicObject};
+use kube::discovery::Scope;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use wasmop_sdk::Mapping;
+
+/// What every controller shares.
+pub struct Shared {
+    pub kube: Arc<KubeBackend>,
+    pub runtime: Arc<Runtime>,
+    /// Concurrent reconciles per plugin. Why 4: enough to overlap apiserver round
+    /// trips; more would let one busy plugin take most of the host's instance slots.
+    pub workers: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Role {
+    Primary,
+    Owned,
+    Watched(usize),
+}
+
+type Cache = Arc<Mutex<HashMap<ObjectRef, Arc<Value>>>>;
+
+/// A running controller; [`Running::stop`] ends it gracefully.
+pub struct Running {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+pub fn spawn(name: String, handle: Handle, shared: Arc<Shared>) -> Running {
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(run(name, handle, shared, stopped));
+    Running { stop, task }
+}
+
+async fn run(name: String, handle: Handle, shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
+    let manifest = handle.load().manifest.clone();
+    let streams = loop {
+        match watch_streams(&shared.kube, &manifest).await {
+            Ok(s) => break s,
+            Err(e) => {
+                tracing::warn!(plugin = %name, "cannot watch yet, retrying in 5s: {e}");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => continue,
+                    _ = stopped.changed() => return,
+                }
+            }
+        }
+    };
+    tracing::info!(plugin = %name, primary = %manifest.primary, "controller started");
+
+    let queue: Arc<Queue<ObjectRef>> = Queue::new();
+    let cache: Cache = Arc::default();
+    let backoff = Arc::new(Mutex::new(Backoff::default()));
+    let workers: Vec<_> = (0..shared.workers.max(1))
+        .map(|_| {
+            let w = Worker {
+                handle: handle.clone(),
+                shared: shared.clone(),
+                queue: queue.clone(),
+                cache: cache.clone(),
+                backoff: backoff.clone(),
+            };
+            tokio::spawn(w.run())
+        })
+        .collect();
+
+    let mut events = futures::stream::select_all(streams);
+    let mut relisting: HashMap<Source, HashSet<ObjectRef>> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => break,
+            item = events.next() => match item {
+                None => break,
+                Some((_, Err(e))) => tracing::debug!(plugin = %name, "watch error (retrying): {e}"),
+                Some((source, Ok(ev))) => on_event(&manifest, source, ev, &cache, &queue, &mut relisting),
+            }
+        }
+    }
+    queue.close();
+    for w in workers {
+        let _ = w.await;
+    }
+    tracing::info!(plugin = %name, "controller stopped");
+}
+
+/// Which watch an event came from: its role and namespace (None: all namespaces).
+type Source = (Role, Option<String>);
+type Events = BoxStream<'static, (Source, Result<watcher::Event<DynamicObject>, watcher::Error>)>;
+
+async fn watch_streams(kube: &KubeBackend, m: &wasmop_sdk::Manifest) -> Result<Vec<Events>, wasmop_sdk::Error> {
+    let mut kinds: Vec<(Role, KindRef)> = vec![(Role::Primary, m.primary.clone())];
+    kinds.extend(m.owns.iter().map(|k| (Role::Owned, k.clone())));
+    kinds.extend(m.watches.iter().enumerate().map(|(i, w)| (Role::Watched(i), w.kind.clone())));
+    let mut out = Vec::new();
+    for (role, kind) in kinds {
+        let (ar, caps) = kube.resource(&kind).await?;
+        let apis: Vec<(Option<String>, Api<DynamicObject>)> = match (&caps.scope, m.namespaces.is_empty()) {
+            (Scope::Namespaced, false) => m
+                .namespaces
+                .iter()
+                .map(|ns| (Some(ns.clone()), Api::namespaced_with(kube.client().clone(), ns, &ar)))
+                .collect(),
+            _ => vec![(None, Api::all_with(kube.client().clone(), &ar))],
+        };
+        for (ns, api) in apis {
+            let ar = ar.clone();
+            let s = watcher(api, watcher::Config::default()).default_backoff().map(move |ev| {
+                // List and watch items may lack apiVersion/kind; the plugin gets whole objects.
+                let ev = ev.map(|e| {
+                    e.modify(|o| {
+                        if o.types.is_none() {
+                            o.types = Some(kube::core::TypeMeta { api_version: ar.api_version.clone(), kind: ar.kind.clone() });
+                        }
+                    })
+                });
+                ((role, ns.clone()), ev)
+            });
+            out.push(s.boxed());
+        }
+    }
+    Ok(out)
+}
+
+fn on_event(
+    m: &wasmop_sdk::Manifest,
+    source: Source,
+    ev: watcher::Event<DynamicObject>,
+    cache: &Cache,
+    queue: &Queue<ObjectRef>,
+    relisting: &mut HashMap<Source, HashSet<ObjectRef>>,
+) {
+    use watcher::Event::*;
+    let role = source.0;
+    let (obj, deleted) = match ev {
+        Init => {
+            relisting.insert(source, HashSet::new());
+            return;
+        }
+        InitDone => {
+            // Primaries gone while the watch was down: reconcile them once as deleted.
+            if let (Role::Primary, Some(seen)) = (role, relisting.remove(&source)) {
+                let mut c = cache.lock().unwrap();
+                let in_scope = |k: &ObjectRef| source.1.is_none() || k.namespace == source.1;
+                let gone: Vec<ObjectRef> = c.keys().filter(|k| in_scope(k) && !seen.contains(*k)).cloned().collect();
+                for k in gone {
+                    c.remove(&k);
+                    queue.add(k);
+                }
+            }
+            return;
+        }
+        InitApply(o) | Apply(o) => (o, false),
+        Delete(o) => (o, true),
+    };
+    let Ok(value) = serde_json::to_value(&obj) else { return };
+    let Some(oref) = ObjectRef::of_json(&value) else { return };
+    if let Some(seen) = relisting.get_mut(&source) {
+        seen.insert(oref.clone());
+    }
+    match role {
+        Role::Primary => {
+            if deleted {
+                cache.lock().unwrap().remove(&oref);
+            } else {
+                cache.lock().unwrap().insert(oref.clone(), Arc::new(value));
+            }
+            queue.add(oref);
+        }
+        Role::Owned => {
+            let owner = obj.metadata.owner_references.iter().flatten().find(|r| {
+                r.controller == Some(true) && r.kind == m.primary.kind && same_group(&r.api_version, &m.primary.api_version)
+            });
+            if let Some(owner) = owner {
+                let ns = if m.namespaced { oref.namespace.as_deref() } else { None };
+                queue.add(ObjectRef::new(&m.primary, ns, &owner.name));
+            }
+        }
+        Role::Watched(i) => {
+            let ns = if m.namespaced { oref.namespace.clone() } else { None };
+            match &m.watches[i].mapping {
+                Mapping::AllPrimaries => {
+                    let keys: Vec<ObjectRef> =
+                        cache.lock().unwrap().keys().filter(|k| !m.namespaced || k.namespace == ns).cloned().collect();
+                    keys.into_iter().for_each(|k| queue.add(k));
+                }
+                Mapping::Label(label) => {
+                    if let Some(name) = obj.metadata.labels.as_ref().and_then(|l| l.get(label)) {
+                        queue.add(ObjectRef::new(&m.primary, ns.as_deref(), name));
+                    }
+                }
+                Mapping::SameName => queue.add(ObjectRef::new(&m.primary, ns.as_deref(), &oref.name)),
+            }
+        }
+    }
+}
+
+fn same_group(a: &str, b: &str) -> bool {
+    let g = |v: &str| v.rsplit_once('/').map(|(g, _)| g.to_owned()).unwrap_or_default();
+    g(a) == g(b)
+}
+
+struct Worker {
+    handle: Handle,
+    shared: Arc<Shared>,
+    queue: Arc<Queue<ObjectRef>>,
+    cache: Cache,
+    backoff: Arc<Mutex<Backoff<ObjectRef>>>,
+}
+
+impl Worker {
+    async fn run(self) {
+        while let Some(key) = self.queue.next().await {
+            self.reconcile(&key).await;
+            self.queue.done(&key);
+        }
+    }
+
+    async fn reconcile(&self, key: &ObjectRef) {
+        let plugin = self.handle.load_full();
+        let current = self.cache.lock().unwrap().get(key).cloned();
+        let backend: Arc<dyn Backend> = self.shared.kube.clone();
+        let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend);
+        let started = Instant::now();
+        let result = self
+            .shared
+            .runtime
+            .reconcile(&plugin.compiled, gateway.clone(), key, current.as_deref(), &plugin.settings, &plugin.limits)
+            .await;
+        let elapsed = started.elapsed();
+        match result {
+            Ok(Ok(action)) => {
+                self.backoff.lock().unwrap().reset(key);
+                tracing::debug!(plugin = %plugin.name, object = %key, ?elapsed, requeue = ?action.requeue_after, "reconciled");
+                if let Some(after) = action.requeue_after {
+                    self.queue.add_after(key.clone(), after);
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(plugin = %plugin.name, object = %key, retry = e.retry, "reconcile failed: {}", e.message);
+                if current.is_some() {
+                    gateway.record_event(key, EventType::Warning, "ReconcileFailed", &e.message).await;
+                }
+                if e.retry {
+                    let delay = self.backoff.lock().unwrap().fail(key);
+                    self.queue.add_after(key.clone(), delay);
+                } else {
+                    self.backoff.lock().unwrap().reset(key);
+                }
+            }
+            Err(fault) => {
+                tracing::error!(plugin = %plugin.name, object = %key, fault = fault.kind(), "plugin fault: {fault}");
+                if current.is_some() {
+                    let msg = format!("plugin {} faulted ({}): {fault}", plugin.name, fault.kind());
+                    gateway.record_event(key, EventType::Warning, "PluginFault", &msg).await;
+                }
+                let delay = self.backoff.lock().unwrap().fail(key);
+                self.queue.add_after(key.clone(), delay);
+            }
+        }
+    }
+}
