@@ -6,6 +6,8 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
+    // kube's TLS stack links more than one rustls crypto backend; pick one explicitly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

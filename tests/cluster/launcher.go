@@ -232,7 +232,7 @@ func start(dir string) (*state, error) {
 			"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", ports["kcm"]),
 			"--service-account-private-key-file=" + p("sa.key"), "--root-ca-file=" + p("ca.crt"),
 			"--cluster-signing-cert-file=" + p("ca.crt"), "--cluster-signing-key-file=" + p("ca.key"),
-			"--leader-elect=false", "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+			"--leader-elect=false", "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
 			"--concurrent-gc-syncs=5",
 		},
 		"kube-scheduler": {
@@ -242,7 +242,7 @@ func start(dir string) (*state, error) {
 		"kwok": {
 			"--kubeconfig=" + kubeconfig, "--config=" + p("kwok.yaml"),
 			"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-			"--node-ip=127.0.0.1", "--node-port=0",
+			"--node-ip=127.0.0.1", "--node-port=0", "--node-lease-duration-seconds=40",
 			fmt.Sprintf("--server-address=127.0.0.1:%d", ports["kwok"]),
 		},
 	}
