@@ -232,7 +232,7 @@ func start(dir string) (*state, error) {
 			"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", ports["kcm"]),
 			"--service-account-private-key-file=" + p("sa.key"), "--root-ca-file=" + p("ca.crt"),
 			"--cluster-signing-cert-file=" + p("ca.crt"), "--cluster-signing-key-file=" + p("ca.key"),
-			"--leader-elect=false", "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+			"--leader-elect=false", "--node-monitor-grace-period=2m", "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
 			"--concurrent-gc-syncs=5",
 		},
 		"kube-scheduler": {

@@ -1,1 +1,177 @@
-//! Test helpers.
+//! Helpers for the end-to-end tests: kubectl against the local control plane, a host
+//! process per test, and polling with a deadline.
+//!
+//! The tests are `#[ignore]`d so that a bare `cargo test` needs no cluster; `make e2e`
+//! starts the control plane and runs them with `--include-ignored`. Each test works in
+//! its own namespace and, where it runs a host, its own host process and plugin dir.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of the kubeconfig of the local control plane.
+pub fn kubeconfig() -> String {
+    std::env::var("KUBECONFIG").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../target/cluster/kubeconfig").to_string()
+    })
+}
+
+/// Runs kubectl; Ok(stdout) on success, Err(stderr) otherwise.
+pub fn kubectl(args: &[&str]) -> Result<String, String> {
+    kubectl_stdin(args, None)
+}
+
+pub fn kubectl_stdin(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    let mut cmd = Command::new("kubectl");
+    cmd.args(args).env("KUBECONFIG", kubeconfig()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run kubectl: {e}"))?;
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).map_err(|e| e.to_string())?;
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `kubectl apply -f -` with `yaml`.
+pub fn apply(yaml: &str) -> Result<String, String> {
+    kubectl_stdin(&["apply", "-f", "-"], Some(yaml))
+}
+
+/// `kubectl get ... -o json` parsed; None when not found.
+pub fn get_json(args: &[&str]) -> Option<serde_json::Value> {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    kubectl(&a).ok().and_then(|s| serde_json::from_str(&s).ok())
+}
+
+/// A fresh namespace for one test, deleted (without waiting) when dropped.
+pub struct Namespace(pub String);
+
+impl Namespace {
+    pub fn new(prefix: &str) -> Self {
+        let name = format!("{prefix}-{}", std::process::id() % 100000);
+        let _ = kubectl(&["delete", "namespace", &name, "--wait=true", "--ignore-not-found"]);
+        kubectl(&["create", "namespace", &name]).expect("create namespace");
+        Namespace(name)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = kubectl(&["delete", "namespace", &self.0, "--wait=false"]);
+    }
+}
+
+/// Polls `f` until it returns Ok or `timeout` passes; the last error explains a failure.
+pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= deadline => bail!("{what}: not true after {timeout:?}: {e:#}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+/// A built plugin: `$WASMOP_PLUGINS/NAME.wasm` (or `component/NAME.wasm`).
+pub fn plugin_path(rel: &str) -> PathBuf {
+    let dir = std::env::var("WASMOP_PLUGINS")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/plugins").to_string());
+    Path::new(&dir).join(rel)
+}
+
+pub fn wasmop_bin() -> PathBuf {
+    std::env::var("WASMOP_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/wasmop"))
+}
+
+/// A host process with its own plugin directory; killed when dropped.
+pub struct Host {
+    pub dir: tempfile::TempDir,
+    pub log: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl Host {
+    /// A host with `plugins` (name, path, settings) in its plugin dir.
+    pub fn start(plugins: &[(&str, &Path, &str)], extra: &[&str]) -> Result<Host> {
+        let dir = tempfile::tempdir()?;
+        let plugins_dir = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins_dir)?;
+        for (name, path, settings) in plugins {
+            std::fs::copy(path, plugins_dir.join(format!("{name}.wasm"))).with_context(|| format!("copy {}", path.display()))?;
+            if !settings.is_empty() {
+                std::fs::write(plugins_dir.join(format!("{name}.settings.yaml")), settings)?;
+            }
+        }
+        let log = dir.path().join("host.log");
+        let mut h = Host { dir, log, child: None, extra: extra.iter().map(|s| s.to_string()).collect() };
+        h.spawn()?;
+        Ok(h)
+    }
+
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.dir.path().join("plugins")
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let child = Command::new(wasmop_bin())
+            .arg("run")
+            .arg("--plugins-dir")
+            .arg(self.plugins_dir())
+            .args(&self.extra)
+            .env("KUBECONFIG", kubeconfig())
+            .env("WASMOP_LOG", "info,wasmop=debug,kube=warn")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {}", wasmop_bin().display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill9();
+        self.spawn()
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Still running?
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- host log ({}) ----\n{}", self.log.display(), self.logs());
+        }
+        self.kill9();
+    }
+}
