@@ -46,7 +46,11 @@ enum LogFormat {
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WASMOP_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,wasmtime=warn,cranelift=warn"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use std::io::IsTerminal;
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => b.init(),
         LogFormat::Json => b.json().init(),
