@@ -1,0 +1,162 @@
+//! The Memcached plugin against the real control plane.
+
+use anyhow::{Result, anyhow, bail};
+use serde_json::Value;
+use std::time::Duration;
+use wasmop_e2e::*;
+
+const CRD: &str = include_str!("../../deploy/crds/memcached.yaml");
+const WAIT: Duration = Duration::from_secs(60);
+
+fn install_crd() -> Result<()> {
+    apply(CRD).map_err(|e| anyhow!(e))?;
+    kubectl(&["wait", "--for=condition=Established", "crd/memcacheds.cache.example.com", "--timeout=30s"]).map_err(|e| anyhow!(e))?;
+    Ok(())
+}
+
+fn memcached(ns: &str, name: &str, size: &str) -> String {
+    format!("apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{size: {size}}}\n")
+}
+
+fn host_for(ns: &str) -> Result<Host> {
+    Host::start(&[("memcached", &plugin_path("memcached.wasm"), &format!("namespace: {ns}"))], &[])
+}
+
+fn running_pods(ns: &str, name: &str) -> Vec<String> {
+    let pods = get_json(&["pods", "-n", ns, "-l", &format!("app.kubernetes.io/instance={name}")]).unwrap_or_default();
+    let mut names: Vec<String> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits until the Deployment has `size` replicas, `size` Pods run, and status.nodes
+/// names exactly them with Available=True.
+fn converged(ns: &str, name: &str, size: usize) -> Result<Value> {
+    eventually(&format!("{name} converged at {size}"), WAIT, || {
+        let d = get_json(&["deployment", name, "-n", ns]).ok_or_else(|| anyhow!("no deployment"))?;
+        if d["spec"]["replicas"] != size {
+            bail!("deployment replicas {}", d["spec"]["replicas"]);
+        }
+        let pods = running_pods(ns, name);
+        let mc = get_json(&["memcached", name, "-n", ns]).ok_or_else(|| anyhow!("no memcached"))?;
+        let nodes: Vec<String> = serde_json::from_value(mc["status"]["nodes"].clone()).unwrap_or_default();
+        let available = mc["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Available" && c["status"] == "True");
+        if pods.len() == size && nodes == pods && available {
+            Ok(d)
+        } else {
+            bail!("pods {pods:?}, status.nodes {nodes:?}, available {available}")
+        }
+    })
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn size_scale_hand_edit_image_and_delete() -> Result<()> {
+    install_crd()?;
+    let ns = Namespace::new("mc");
+    let host = host_for(&ns.0)?;
+    apply(&memcached(&ns.0, "cache", "3")).map_err(|e| anyhow!(e))?;
+    let d = converged(&ns.0, "cache", 3)?;
+    let mc = get_json(&["memcached", "cache", "-n", &ns.0]).unwrap();
+    assert_eq!(d["metadata"]["ownerReferences"][0]["uid"], mc["metadata"]["uid"]);
+    assert_eq!(d["metadata"]["ownerReferences"][0]["controller"], true);
+
+    apply(&memcached(&ns.0, "cache", "1")).map_err(|e| anyhow!(e))?;
+    converged(&ns.0, "cache", 1)?;
+
+    kubectl(&["-n", &ns.0, "scale", "deployment", "cache", "--replicas=5"]).map_err(|e| anyhow!(e))?;
+    eventually("a hand edit is undone", WAIT, || {
+        let d = get_json(&["deployment", "cache", "-n", &ns.0]).unwrap();
+        if d["spec"]["replicas"] == 1 { Ok(()) } else { bail!("replicas {}", d["spec"]["replicas"]) }
+    })?;
+    converged(&ns.0, "cache", 1)?;
+
+    kubectl(&["-n", &ns.0, "patch", "memcached", "cache", "--type=merge", "-p", r#"{"spec":{"image":"memcached:1.6.9"}}"#])
+        .map_err(|e| anyhow!(e))?;
+    eventually("the Deployment follows the image", WAIT, || {
+        let d = get_json(&["deployment", "cache", "-n", &ns.0]).unwrap();
+        let img = &d["spec"]["template"]["spec"]["containers"][0]["image"];
+        if img == "memcached:1.6.9" { Ok(()) } else { bail!("image {img}") }
+    })?;
+
+    let describe = kubectl(&["-n", &ns.0, "describe", "memcached", "cache"]).unwrap();
+    assert!(describe.contains("Created") && describe.contains("Scaled"), "events visible in describe:\n{describe}");
+
+    kubectl(&["-n", &ns.0, "delete", "memcached", "cache", "--wait=true", "--timeout=60s"]).map_err(|e| anyhow!(e))?;
+    let events = kubectl(&["-n", &ns.0, "get", "events", "--field-selector", "reason=Deleting", "-o", "name"]).unwrap();
+    assert!(!events.trim().is_empty(), "the finalizer recorded an Event");
+    eventually("the Deployment is garbage-collected", WAIT, || {
+        if get_json(&["deployment", "cache", "-n", &ns.0]).is_some() { bail!("still there") } else { Ok(()) }
+    })?;
+    drop(host);
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn two_crs_in_one_namespace_keep_apart() -> Result<()> {
+    install_crd()?;
+    let ns = Namespace::new("mc-two");
+    let _host = host_for(&ns.0)?;
+    apply(&memcached(&ns.0, "a", "2")).map_err(|e| anyhow!(e))?;
+    apply(&memcached(&ns.0, "b", "1")).map_err(|e| anyhow!(e))?;
+    converged(&ns.0, "a", 2)?;
+    converged(&ns.0, "b", 1)?;
+    let a: Vec<String> = serde_json::from_value(get_json(&["memcached", "a", "-n", &ns.0]).unwrap()["status"]["nodes"].clone())?;
+    assert!(a.iter().all(|n| n.starts_with("a-")), "{a:?}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn invalid_sizes_are_rejected_naming_the_field() -> Result<()> {
+    install_crd()?;
+    let ns = Namespace::new("mc-bad");
+    for size in ["-1", "\"abc\""] {
+        let err = apply(&memcached(&ns.0, "bad", size)).expect_err("must be rejected");
+        assert!(err.contains("spec.size"), "size {size}: {err}");
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn kill_9_mid_scale_converges_without_duplicates() -> Result<()> {
+    install_crd()?;
+    let ns = Namespace::new("mc-kill");
+    let mut host = host_for(&ns.0)?;
+    apply(&memcached(&ns.0, "k", "2")).map_err(|e| anyhow!(e))?;
+    converged(&ns.0, "k", 2)?;
+    apply(&memcached(&ns.0, "k", "4")).map_err(|e| anyhow!(e))?;
+    std::thread::sleep(Duration::from_millis(150));
+    host.kill9();
+    host.restart()?;
+    converged(&ns.0, "k", 4)?;
+    let ds = get_json(&["deployments", "-n", &ns.0]).unwrap();
+    assert_eq!(ds["items"].as_array().unwrap().len(), 1, "exactly one Deployment");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn both_build_flavours_load() -> Result<()> {
+    for rel in ["memcached.wasm", "component/memcached.wasm"] {
+        let path = plugin_path(rel);
+        let size = std::fs::metadata(&path)?.len();
+        assert!(size < 1 << 20, "{rel} is {size} bytes: must fit a ConfigMap");
+        let out = std::process::Command::new(wasmop_bin()).arg("inspect").arg(&path).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("Memcached"), "{rel}: {text} {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
