@@ -104,8 +104,7 @@ fn not_found(r: &ObjectRef) -> Error {
 }
 
 fn key_of(object: &Value) -> Result<ObjectRef, Error> {
-    ObjectRef::of_json(object)
-        .ok_or_else(|| Error::Invalid("object needs apiVersion, kind and metadata.name".into()))
+    ObjectRef::of_json(object).ok_or_else(|| Error::Invalid("object needs apiVersion, kind and metadata.name".into()))
 }
 
 impl State {
@@ -174,11 +173,11 @@ impl Cluster for FakeCluster {
 
     fn create(&self, object: &Value) -> Result<Value, Error> {
         let mut obj = object.clone();
-        if obj.pointer("/metadata/name").is_none() {
-            if let Some(prefix) = obj.pointer("/metadata/generateName").and_then(Value::as_str) {
-                let n = self.state.lock().unwrap().next_rv;
-                obj["metadata"]["name"] = format!("{prefix}{n:05x}").into();
-            }
+        if obj.pointer("/metadata/name").is_none()
+            && let Some(prefix) = obj.pointer("/metadata/generateName").and_then(Value::as_str)
+        {
+            let n = self.state.lock().unwrap().next_rv;
+            obj["metadata"]["name"] = format!("{prefix}{n:05x}").into();
         }
         let r = key_of(&obj)?;
         let mut st = self.state.lock().unwrap();
@@ -186,7 +185,8 @@ impl Cluster for FakeCluster {
             return Err(Error::AlreadyExists(format!("{} \"{}\" already exists", r.kind, r.name)));
         }
         let rv = st.bump();
-        let meta = obj["metadata"].as_object_mut().ok_or_else(|| Error::Invalid("metadata must be an object".into()))?;
+        let meta =
+            obj["metadata"].as_object_mut().ok_or_else(|| Error::Invalid("metadata must be an object".into()))?;
         meta.insert("resourceVersion".into(), rv.clone().into());
         meta.insert("uid".into(), format!("00000000-0000-0000-0000-{:012}", rv.parse::<u64>().unwrap_or(0)).into());
         meta.insert("generation".into(), 1.into());

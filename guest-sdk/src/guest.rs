@@ -14,8 +14,8 @@ use exports::wasmop::operator::reconciler as rec;
 use wasmop::operator::{cluster, events, log, types as wt};
 
 pub use rec::Guest as ReconcilerGuest;
-pub use rec::{Action as WitAction, PluginManifest as WitManifest, ReconcileError as WitReconcileError};
 pub use rec::Request as WitRequest;
+pub use rec::{Action as WitAction, PluginManifest as WitManifest, ReconcileError as WitReconcileError};
 
 /// The host, seen through the SDK's [`Cluster`] trait.
 struct HostCluster;

@@ -20,10 +20,7 @@ pub fn controller_ref<T: kube::core::Resource<DynamicType = ()>>(owner: &T) -> O
 
 /// True when `meta` carries a controller ownerReference to the object with `uid`.
 pub fn is_controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && r.uid == uid)
+    meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && r.uid == uid)
 }
 
 pub fn has_finalizer(meta: &ObjectMeta, finalizer: &str) -> bool {

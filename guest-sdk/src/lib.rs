@@ -68,7 +68,7 @@ macro_rules! export_plugin {
                     $crate::guest::reconcile::<$ty>(request)
                 }
             }
-            $crate::guest::export!(__WasmopExport with_types_in $crate::guest);
+    $crate::guest::export!(__WasmopExport with_types_in $crate::guest);
         };
     };
 }

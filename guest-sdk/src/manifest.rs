@@ -14,8 +14,7 @@ pub enum Verb {
 }
 
 impl Verb {
-    pub const ALL: [Verb; 6] =
-        [Verb::Get, Verb::List, Verb::Create, Verb::Update, Verb::UpdateStatus, Verb::Delete];
+    pub const ALL: [Verb; 6] = [Verb::Get, Verb::List, Verb::Create, Verb::Update, Verb::UpdateStatus, Verb::Delete];
 
     pub fn as_str(self) -> &'static str {
         match self {

@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 
 /// Path of the kubeconfig of the local control plane.
 pub fn kubeconfig() -> String {
-    std::env::var("KUBECONFIG").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../target/cluster/kubeconfig").to_string()
-    })
+    std::env::var("KUBECONFIG")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/cluster/kubeconfig").to_string())
 }
 
 /// Runs kubectl; Ok(stdout) on success, Err(stderr) otherwise.
@@ -112,7 +111,8 @@ impl Host {
         let plugins_dir = dir.path().join("plugins");
         std::fs::create_dir_all(&plugins_dir)?;
         for (name, path, settings) in plugins {
-            std::fs::copy(path, plugins_dir.join(format!("{name}.wasm"))).with_context(|| format!("copy {}", path.display()))?;
+            std::fs::copy(path, plugins_dir.join(format!("{name}.wasm")))
+                .with_context(|| format!("copy {}", path.display()))?;
             if !settings.is_empty() {
                 std::fs::write(plugins_dir.join(format!("{name}.settings.yaml")), settings)?;
             }

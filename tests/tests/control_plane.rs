@@ -9,7 +9,10 @@ use wasmop_e2e::*;
 fn node_ready_and_readyz_ok() {
     assert_eq!(kubectl(&["get", "--raw", "/readyz"]).unwrap().trim(), "ok");
     let nodes = kubectl(&["get", "nodes", "--no-headers"]).unwrap();
-    assert!(nodes.lines().any(|l| l.starts_with("kwok-node-0") && l.split_whitespace().nth(1) == Some("Ready")), "{nodes}");
+    assert!(
+        nodes.lines().any(|l| l.starts_with("kwok-node-0") && l.split_whitespace().nth(1) == Some("Ready")),
+        "{nodes}"
+    );
 }
 
 #[test]
@@ -25,7 +28,9 @@ fn deployment_gets_running_ready_pods() -> Result<()> {
             .filter(|p| {
                 p["spec"]["nodeName"] == "kwok-node-0"
                     && p["status"]["phase"] == "Running"
-                    && p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                    && p["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
             })
             .count();
         if ok == 2 { Ok(()) } else { bail!("{ok} of {} pods running and ready", items.len()) }
@@ -61,9 +66,13 @@ spec:
 #[ignore = "needs the local control plane (make e2e)"]
 fn crd_established_and_schema_violation_names_the_field() -> Result<()> {
     apply(CRD).map_err(|e| anyhow!(e))?;
-    kubectl(&["wait", "--for=condition=Established", "crd/widgets.e2e.wasmop.io", "--timeout=30s"]).map_err(|e| anyhow!(e))?;
+    kubectl(&["wait", "--for=condition=Established", "crd/widgets.e2e.wasmop.io", "--timeout=30s"])
+        .map_err(|e| anyhow!(e))?;
     let ns = Namespace::new("cp-crd");
-    let bad = format!("apiVersion: e2e.wasmop.io/v1\nkind: Widget\nmetadata: {{name: w, namespace: {}}}\nspec: {{replicas: -1}}\n", ns.0);
+    let bad = format!(
+        "apiVersion: e2e.wasmop.io/v1\nkind: Widget\nmetadata: {{name: w, namespace: {}}}\nspec: {{replicas: -1}}\n",
+        ns.0
+    );
     let err = eventually("the Widget kind is served", Duration::from_secs(20), || match apply(&bad) {
         Err(e) if e.contains("no matches for kind") => bail!(e),
         other => Ok(other),
@@ -104,7 +113,11 @@ webhooks:
         let _ = kubectl(&["-n", &ns.0, "delete", "pod", "p", "--ignore-not-found", "--wait=false"]);
         kubectl(&["-n", &ns.0, "run", "p", "--image=nginx", "--restart=Never"]).map_err(|e| anyhow!(e))?;
         let pod = get_json(&["pod", "p", "-n", &ns.0]).ok_or_else(|| anyhow!("pod missing"))?;
-        if pod["metadata"]["labels"]["webhook"] == "seen" { Ok(()) } else { bail!("labels: {}", pod["metadata"]["labels"]) }
+        if pod["metadata"]["labels"]["webhook"] == "seen" {
+            Ok(())
+        } else {
+            bail!("labels: {}", pod["metadata"]["labels"])
+        }
     });
     let _ = kubectl(&["delete", "mutatingwebhookconfiguration", &format!("e2e-{}", ns.0)]);
     let _ = server.kill();

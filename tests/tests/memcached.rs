@@ -10,12 +10,15 @@ const WAIT: Duration = Duration::from_secs(60);
 
 fn install_crd() -> Result<()> {
     apply(CRD).map_err(|e| anyhow!(e))?;
-    kubectl(&["wait", "--for=condition=Established", "crd/memcacheds.cache.example.com", "--timeout=30s"]).map_err(|e| anyhow!(e))?;
+    kubectl(&["wait", "--for=condition=Established", "crd/memcacheds.cache.example.com", "--timeout=30s"])
+        .map_err(|e| anyhow!(e))?;
     Ok(())
 }
 
 fn memcached(ns: &str, name: &str, size: &str) -> String {
-    format!("apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{size: {size}}}\n")
+    format!(
+        "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{size: {size}}}\n"
+    )
 }
 
 fn host_for(ns: &str) -> Result<Host> {
@@ -81,8 +84,17 @@ fn size_scale_hand_edit_image_and_delete() -> Result<()> {
     })?;
     converged(&ns.0, "cache", 1)?;
 
-    kubectl(&["-n", &ns.0, "patch", "memcached", "cache", "--type=merge", "-p", r#"{"spec":{"image":"memcached:1.6.9"}}"#])
-        .map_err(|e| anyhow!(e))?;
+    kubectl(&[
+        "-n",
+        &ns.0,
+        "patch",
+        "memcached",
+        "cache",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"image":"memcached:1.6.9"}}"#,
+    ])
+    .map_err(|e| anyhow!(e))?;
     eventually("the Deployment follows the image", WAIT, || {
         let d = get_json(&["deployment", "cache", "-n", &ns.0]).unwrap();
         let img = &d["spec"]["template"]["spec"]["containers"][0]["image"];
@@ -112,7 +124,8 @@ fn two_crs_in_one_namespace_keep_apart() -> Result<()> {
     apply(&memcached(&ns.0, "b", "1")).map_err(|e| anyhow!(e))?;
     converged(&ns.0, "a", 2)?;
     converged(&ns.0, "b", 1)?;
-    let a: Vec<String> = serde_json::from_value(get_json(&["memcached", "a", "-n", &ns.0]).unwrap()["status"]["nodes"].clone())?;
+    let a: Vec<String> =
+        serde_json::from_value(get_json(&["memcached", "a", "-n", &ns.0]).unwrap()["status"]["nodes"].clone())?;
     assert!(a.iter().all(|n| n.starts_with("a-")), "{a:?}");
     Ok(())
 }
@@ -156,7 +169,11 @@ fn both_build_flavours_load() -> Result<()> {
         assert!(size < 1 << 20, "{rel} is {size} bytes: must fit a ConfigMap");
         let out = std::process::Command::new(wasmop_bin()).arg("inspect").arg(&path).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && text.contains("Memcached"), "{rel}: {text} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success() && text.contains("Memcached"),
+            "{rel}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(())
 }

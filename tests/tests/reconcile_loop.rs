@@ -19,12 +19,15 @@ fn sa_annotation(ns: &str, name: &str, key: &str) -> Result<String> {
 /// Times (in seconds since the host started logging) of `probe reconcile` lines for `name`.
 fn reconcile_times(log: &str, name: &str, mode: &str) -> Vec<f64> {
     log.lines()
-        .filter(|l| l.contains("probe reconcile") && l.contains(&format!("name={name} ")) && l.contains(&format!("mode={mode}")))
+        .filter(|l| {
+            l.contains("probe reconcile") && l.contains(&format!("name={name} ")) && l.contains(&format!("mode={mode}"))
+        })
         .filter_map(|l| {
             let ts = l.split_whitespace().next()?;
             let t = ts.get(11..)?.trim_end_matches('Z');
             let mut parts = t.split(':');
-            let (h, m, s): (f64, f64, f64) = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
+            let (h, m, s): (f64, f64, f64) =
+                (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
             Some(h * 3600.0 + m * 60.0 + s)
         })
         .collect()
@@ -44,7 +47,8 @@ fn create_update_of_owned_and_delete() -> Result<()> {
     assert_eq!(sa["metadata"]["ownerReferences"][0]["uid"], cm["metadata"]["uid"]);
 
     // A change to the owned object reconciles its owner, which puts it back.
-    kubectl(&["-n", &ns.0, "annotate", "serviceaccount", "a-probe", "probe/value=hacked", "--overwrite"]).map_err(|e| anyhow!(e))?;
+    kubectl(&["-n", &ns.0, "annotate", "serviceaccount", "a-probe", "probe/value=hacked", "--overwrite"])
+        .map_err(|e| anyhow!(e))?;
     eventually("the owned object is restored", Duration::from_secs(30), || {
         let v = sa_annotation(&ns.0, "a-probe", "probe/value")?;
         if v == "1" { Ok(()) } else { bail!("still {v}") }
@@ -91,7 +95,8 @@ fn requeue_after_is_honoured_and_errors_back_off() -> Result<()> {
     assert!(gaps.windows(2).skip(1).all(|w| w[1] > w[0]), "delays grow: {gaps:?}");
     assert!(gaps[3] >= 1.0, "fourth delay is around 1.6s: {gaps:?}");
     assert!(host.logs().contains("reconcile failed"), "the failure is logged");
-    let events = kubectl(&["-n", &ns.0, "get", "events", "--field-selector", "reason=ReconcileFailed", "-o", "name"]).unwrap();
+    let events =
+        kubectl(&["-n", &ns.0, "get", "events", "--field-selector", "reason=ReconcileFailed", "-o", "name"]).unwrap();
     assert!(!events.trim().is_empty(), "a Warning Event is recorded on the failing object");
     Ok(())
 }

@@ -82,7 +82,10 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
         .map(|e| serde_json::json!({"type": format!("{:?}", e.event_type), "reason": e.reason, "message": e.message, "regarding": e.regarding}))
         .collect();
     let (outcome, code) = match &result {
-        Ok(a) => (serde_json::json!({"ok": {"requeueAfterMs": a.requeue_after.map(|d| d.as_millis() as u64)}}), ExitCode::SUCCESS),
+        Ok(a) => (
+            serde_json::json!({"ok": {"requeueAfterMs": a.requeue_after.map(|d| d.as_millis() as u64)}}),
+            ExitCode::SUCCESS,
+        ),
         Err(e) => (serde_json::json!({"error": {"message": e.message, "retry": e.retry}}), ExitCode::from(2)),
     };
     let out = serde_json::json!({"result": outcome, "writes": writes, "events": events});

@@ -59,7 +59,8 @@ fn init_logs(format: LogFormat) {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
-    let client = kube::Client::try_default().await.context("cannot reach the cluster (KUBECONFIG or in-cluster config)")?;
+    let client =
+        kube::Client::try_default().await.context("cannot reach the cluster (KUBECONFIG or in-cluster config)")?;
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));

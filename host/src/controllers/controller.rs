@@ -142,7 +142,10 @@ async fn watch_streams(kube: &KubeBackend, m: &wasmop_sdk::Manifest) -> Result<V
                 let ev = ev.map(|e| {
                     e.modify(|o| {
                         if o.types.is_none() {
-                            o.types = Some(kube::core::TypeMeta { api_version: ar.api_version.clone(), kind: ar.kind.clone() });
+                            o.types = Some(kube::core::TypeMeta {
+                                api_version: ar.api_version.clone(),
+                                kind: ar.kind.clone(),
+                            });
                         }
                     })
                 });
@@ -201,7 +204,9 @@ fn on_event(
         }
         Role::Owned => {
             let owner = obj.metadata.owner_references.iter().flatten().find(|r| {
-                r.controller == Some(true) && r.kind == m.primary.kind && same_group(&r.api_version, &m.primary.api_version)
+                r.controller == Some(true)
+                    && r.kind == m.primary.kind
+                    && same_group(&r.api_version, &m.primary.api_version)
             });
             if let Some(owner) = owner {
                 let ns = if m.namespaced { oref.namespace.as_deref() } else { None };

@@ -23,12 +23,7 @@ pub struct KubeBackend {
 impl KubeBackend {
     /// `instance` names this host process in Events (reportingInstance).
     pub fn new(client: kube::Client, instance: &str) -> Self {
-        KubeBackend {
-            client,
-            resources: RwLock::default(),
-            recorders: Mutex::default(),
-            instance: instance.to_owned(),
-        }
+        KubeBackend { client, resources: RwLock::default(), recorders: Mutex::default(), instance: instance.to_owned() }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -104,9 +99,11 @@ impl Backend for KubeBackend {
 
     async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Value>, Error> {
         let (api, ar) = self.api(kind, params.namespace.as_deref()).await?;
-        let mut lp = kube::api::ListParams::default();
-        lp.label_selector = params.label_selector.clone();
-        lp.field_selector = params.field_selector.clone();
+        let lp = kube::api::ListParams {
+            label_selector: params.label_selector.clone(),
+            field_selector: params.field_selector.clone(),
+            ..Default::default()
+        };
         let list = api.list(&lp).await.map_err(from_kube)?;
         list.items.into_iter().map(|o| to_json(o, Some(&ar))).collect()
     }

@@ -116,11 +116,12 @@ pub fn object_ref(object: &Value) -> Result<ObjectRef, Error> {
         return Err(Error::Invalid("expected a JSON object".into()));
     }
     ObjectRef::of_json(object).ok_or_else(|| {
-        let missing: Vec<&str> = [("apiVersion", "/apiVersion"), ("kind", "/kind"), ("metadata.name", "/metadata/name")]
-            .into_iter()
-            .filter(|(_, p)| object.pointer(p).and_then(Value::as_str).is_none())
-            .map(|(n, _)| n)
-            .collect();
+        let missing: Vec<&str> =
+            [("apiVersion", "/apiVersion"), ("kind", "/kind"), ("metadata.name", "/metadata/name")]
+                .into_iter()
+                .filter(|(_, p)| object.pointer(p).and_then(Value::as_str).is_none())
+                .map(|(n, _)| n)
+                .collect();
         Error::Invalid(format!("object is missing {}", missing.join(", ")))
     })
 }

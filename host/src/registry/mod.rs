@@ -55,8 +55,14 @@ pub type Handle = Arc<ArcSwap<LoadedPlugin>>;
 pub enum RegistryEvent {
     /// A plugin was loaded for the first time, or replaced. `watches_changed` is true
     /// when its primary, owned or watched kinds or its namespaces differ from before.
-    Upserted { name: String, handle: Handle, watches_changed: bool },
-    Removed { name: String },
+    Upserted {
+        name: String,
+        handle: Handle,
+        watches_changed: bool,
+    },
+    Removed {
+        name: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,10 +120,12 @@ impl Registry {
     pub async fn apply(&self, spec: PluginSpec) -> Result<Arc<LoadedPlugin>, LoadError> {
         let digest: [u8; 32] = Sha256::digest(&spec.bytes).into();
         let sha256 = hex::encode(digest);
-        if let Some(cur) = self.get(&spec.name) {
-            if cur.sha256 == sha256 && cur.settings == spec.settings && cur.limits.deadline == spec.limits.deadline {
-                return Ok(cur);
-            }
+        if let Some(cur) = self.get(&spec.name)
+            && cur.sha256 == sha256
+            && cur.settings == spec.settings
+            && cur.limits.deadline == spec.limits.deadline
+        {
+            return Ok(cur);
         }
         let compiled = self.compile(digest, &spec.bytes).await?;
         let manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
@@ -139,9 +147,8 @@ impl Registry {
 
         let event = {
             let mut plugins = self.plugins.lock().unwrap();
-            if let Some((other, _)) = plugins
-                .iter()
-                .find(|(n, h)| **n != spec.name && overlaps(&h.load().manifest, &loaded.manifest))
+            if let Some((other, _)) =
+                plugins.iter().find(|(n, h)| **n != spec.name && overlaps(&h.load().manifest, &loaded.manifest))
             {
                 return Err(LoadError::Conflict(format!(
                     "plugin {other} already reconciles {} in an overlapping set of namespaces",
@@ -201,13 +208,7 @@ impl Registry {
 
 /// What a controller watches: changes here need new watches.
 fn watch_set(m: &Manifest) -> (String, bool, Vec<String>, String, String) {
-    (
-        m.primary.to_string(),
-        m.namespaced,
-        m.namespaces.clone(),
-        format!("{:?}", m.owns),
-        format!("{:?}", m.watches),
-    )
+    (m.primary.to_string(), m.namespaced, m.namespaces.clone(), format!("{:?}", m.owns), format!("{:?}", m.watches))
 }
 
 /// Two manifests reconcile the same primary kind in at least one common namespace.

@@ -158,7 +158,10 @@ impl Compiled {
     /// The names of the component's imports and exports, for `wasmop inspect`.
     pub fn interfaces(&self, engine: &Engine) -> (Vec<String>, Vec<String>) {
         let ty = self.pre.instance_pre().component().component_type();
-        (ty.imports(engine).map(|(n, _)| n.to_owned()).collect(), ty.exports(engine).map(|(n, _)| n.to_owned()).collect())
+        (
+            ty.imports(engine).map(|(n, _)| n.to_owned()).collect(),
+            ty.exports(engine).map(|(n, _)| n.to_owned()).collect(),
+        )
     }
 }
 
@@ -228,11 +231,15 @@ impl Runtime {
 
     /// Asks a compiled plugin for its manifest under `settings`. The plugin has no
     /// cluster access during this call.
-    pub async fn manifest(&self, c: &Compiled, name: &str, settings: &str, limits: &Limits) -> Result<Manifest, RuntimeError> {
+    pub async fn manifest(
+        &self,
+        c: &Compiled,
+        name: &str,
+        settings: &str,
+        limits: &Limits,
+    ) -> Result<Manifest, RuntimeError> {
         let r = self
-            .call(c, name, None, limits, async |p, s| {
-                p.wasmop_operator_reconciler().call_manifest(s, settings).await
-            })
+            .call(c, name, None, limits, async |p, s| p.wasmop_operator_reconciler().call_manifest(s, settings).await)
             .await?;
         r.map(convert::manifest).map_err(RuntimeError::Manifest)
     }

@@ -12,7 +12,10 @@ pub const MAX_PLUGIN_BYTES: usize = 32 << 20;
 pub fn decode(raw: &[u8]) -> Result<Vec<u8>, SourceError> {
     if !raw.starts_with(&[0x1f, 0x8b]) {
         if raw.len() > MAX_PLUGIN_BYTES {
-            return Err(SourceError::Invalid(format!("plugin is {} bytes, over the {MAX_PLUGIN_BYTES} byte limit", raw.len())));
+            return Err(SourceError::Invalid(format!(
+                "plugin is {} bytes, over the {MAX_PLUGIN_BYTES} byte limit",
+                raw.len()
+            )));
         }
         return Ok(raw.to_vec());
     }

@@ -33,12 +33,20 @@ impl DirSource {
         let mut found = HashMap::new();
         for entry in std::fs::read_dir(&self.dir).map_err(io)? {
             let path = entry.map_err(io)?.path();
-            let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".wasm.gz").or_else(|| n.strip_suffix(".wasm"))) else {
+            let Some(name) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".wasm.gz").or_else(|| n.strip_suffix(".wasm")))
+            else {
                 continue;
             };
-            let meta = std::fs::metadata(&path).map_err(|e| SourceError::Io { path: path.display().to_string(), source: e })?;
+            let meta = std::fs::metadata(&path)
+                .map_err(|e| SourceError::Io { path: path.display().to_string(), source: e })?;
             let settings = read_settings(&self.dir, name)?;
-            found.insert(name.to_owned(), (path.clone(), (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), settings)));
+            found.insert(
+                name.to_owned(),
+                (path.clone(), (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), settings)),
+            );
         }
         Ok(found)
     }

@@ -8,9 +8,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wasmop_sdk::helpers::{
-    add_finalizer, conditions_equivalent, controller_ref, has_finalizer, is_controlled_by, remove_finalizer, set_condition,
+    add_finalizer, conditions_equivalent, controller_ref, has_finalizer, is_controlled_by, remove_finalizer,
+    set_condition,
 };
-use wasmop_sdk::{Action, ClusterExt, KindRef, Context, ListParams, Manifest, Mapping, ObjectRef, ReconcileError, Reconciler, Request, Verb};
+use wasmop_sdk::{
+    Action, ClusterExt, Context, KindRef, ListParams, Manifest, Mapping, ObjectRef, ReconcileError, Reconciler,
+    Request, Verb,
+};
 
 pub const FINALIZER: &str = "cache.example.com/finalizer";
 const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
@@ -82,7 +86,11 @@ impl Reconciler for Memcached {
                 if converge(&mut d, &desired) {
                     d = ctx.update_obj(&d)?;
                     if before != size {
-                        ctx.event(&me, "Scaled", &format!("Scaled Deployment {} from {before} to {size} replicas", req.object.name));
+                        ctx.event(
+                            &me,
+                            "Scaled",
+                            &format!("Scaled Deployment {} from {before} to {size} replicas", req.object.name),
+                        );
                     }
                 }
                 d
@@ -91,11 +99,14 @@ impl Reconciler for Memcached {
 
         // Only Pod metadata is read: deserializing whole Pods would double the plugin's size.
         let pods: Vec<PodMeta> = ctx
-            .list(&KindRef::of::<Pod>(), &ListParams {
-                namespace: ns.clone(),
-                label_selector: Some(format!("{INSTANCE_LABEL}={}", req.object.name)),
-                field_selector: None,
-            })?
+            .list(
+                &KindRef::of::<Pod>(),
+                &ListParams {
+                    namespace: ns.clone(),
+                    label_selector: Some(format!("{INSTANCE_LABEL}={}", req.object.name)),
+                    field_selector: None,
+                },
+            )?
             .into_iter()
             .map(serde_json::from_value)
             .collect::<Result<_, _>>()?;
@@ -116,7 +127,12 @@ impl Reconciler for Memcached {
             .map(|c| c.message.clone().unwrap_or_default());
         let generation = mc.metadata.generation;
         let old = mc.status.clone().unwrap_or_default();
-        let mut status = MemcachedStatus { nodes, ready_replicas: ready, conditions: old.conditions.clone(), observed_generation: generation };
+        let mut status = MemcachedStatus {
+            nodes,
+            ready_replicas: ready,
+            conditions: old.conditions.clone(),
+            observed_generation: generation,
+        };
         let settled = ready == size && updated == size && status.nodes.len() as i32 == size;
         let available = if size == 0 { true } else { ready >= 1 && ready == size };
         set_condition(
@@ -156,14 +172,10 @@ impl Reconciler for Memcached {
 }
 
 fn labels(name: &str) -> BTreeMap<String, String> {
-    [
-        ("app.kubernetes.io/name", "memcached"),
-        (INSTANCE_LABEL, name),
-        ("app.kubernetes.io/managed-by", "wasmop"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect()
+    [("app.kubernetes.io/name", "memcached"), (INSTANCE_LABEL, name), ("app.kubernetes.io/managed-by", "wasmop")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 /// The Deployment a Memcached should have; None until the CR has a uid.
@@ -171,8 +183,11 @@ pub fn deployment_for(mc: &Cr) -> Option<Deployment> {
     let name = mc.metadata.name.clone()?;
     let owner = controller_ref(mc)?;
     let labels = labels(&name);
-    let selector: BTreeMap<String, String> =
-        labels.iter().filter(|(k, _)| k.as_str() != "app.kubernetes.io/managed-by").map(|(k, v)| (k.clone(), v.clone())).collect();
+    let selector: BTreeMap<String, String> = labels
+        .iter()
+        .filter(|(k, _)| k.as_str() != "app.kubernetes.io/managed-by")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     Some(Deployment {
         metadata: ObjectMeta {
             name: Some(name),

@@ -165,7 +165,10 @@ fn manifest_scopes_namespaces_from_settings() {
 #[test]
 fn crd_is_up_to_date() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/crds/memcached.yaml");
-    let generated = format!("# Generated from plugins/memcached/src/types.rs; do not edit.\n{}", serde_yaml::to_string(&Memcached::crd()).unwrap());
+    let generated = format!(
+        "# Generated from plugins/memcached/src/types.rs; do not edit.\n{}",
+        serde_yaml::to_string(&Memcached::crd()).unwrap()
+    );
     if std::env::var_os("WASMOP_UPDATE_CRDS").is_some() {
         std::fs::create_dir_all(std::path::Path::new(path).parent().unwrap()).unwrap();
         std::fs::write(path, &generated).unwrap();

@@ -47,7 +47,11 @@ impl Reconciler for Probe {
         annotations.insert("probe/value".to_owned(), data.get("value").cloned().unwrap_or_default());
         if mode == "forbidden" {
             let secret = Secret {
-                metadata: ObjectMeta { name: Some(format!("{name}-stolen")), namespace: cm.metadata.namespace.clone(), ..Default::default() },
+                metadata: ObjectMeta {
+                    name: Some(format!("{name}-stolen")),
+                    namespace: cm.metadata.namespace.clone(),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let outcome = match ctx.create_obj(&secret) {
@@ -109,7 +113,11 @@ mod tests {
     }
 
     fn run(fake: &FakeCluster, stored: serde_json::Value) -> Result<Action, ReconcileError> {
-        let req = Request { object: ObjectRef::of_json(&stored).unwrap(), current: Some(stored), settings: "namespace: t".into() };
+        let req = Request {
+            object: ObjectRef::of_json(&stored).unwrap(),
+            current: Some(stored),
+            settings: "namespace: t".into(),
+        };
         Probe::reconcile(&Context::new(fake), &req)
     }
 
