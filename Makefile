@@ -40,6 +40,8 @@ plugins: setup
 	cargo build --release --target wasm32-wasip2 $(foreach p,$(PLUGINS) $(TEST_PLUGINS),-p $(p))
 	@mkdir -p $(WASM_OUT)
 	@for p in $(PLUGINS) $(TEST_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
+	cargo build --release --target wasm32-wasip2 -p not-a-plugin
+	@cp $(TARGET_DIR)/wasm32-wasip2/release/not-a-plugin.wasm $(WASM_OUT)/not-a-plugin.wasm
 	@ls -l $(WASM_OUT)
 
 # The same plugins through cargo-component (wasm32-wasip1 + adapter).

@@ -1,0 +1,82 @@
+//! `wasmop inspect` and `wasmop reconcile` on fixtures: no cluster needed, but the
+//! plugins must be built (make plugins), hence ignored in a bare `cargo test`.
+
+use std::process::{Command, Output};
+use wasmop_e2e::{plugin_path, wasmop_bin};
+
+fn wasmop(args: &[&str]) -> Output {
+    Command::new(wasmop_bin()).args(args).output().expect("run wasmop")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+#[ignore = "needs built plugins (make plugins)"]
+fn inspect_prints_manifest_and_interfaces() {
+    let o = wasmop(&["inspect", plugin_path("memcached.wasm").to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let doc: serde_json::Value = serde_yaml::from_str(&out).unwrap();
+    assert_eq!(doc["manifest"]["primary"]["kind"], "Memcached");
+    assert_eq!(doc["manifest"]["owns"][0]["kind"], "Deployment");
+    assert!(doc["exports"].as_array().unwrap().iter().any(|e| e.as_str().unwrap().starts_with("wasmop:operator/reconciler")));
+    assert!(doc["size"].as_u64().unwrap() > 0 && doc["sha256"].as_str().unwrap().len() == 64);
+}
+
+#[test]
+#[ignore = "needs built plugins (make plugins)"]
+fn inspect_refuses_what_is_not_a_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let text_file = dir.path().join("notes.wasm");
+    std::fs::write(&text_file, "just text").unwrap();
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let cases = [
+        (text_file, "not WebAssembly"),
+        (core, "core WebAssembly module"),
+        (plugin_path("not-a-plugin.wasm"), "does not implement the wasmop:operator plugin world"),
+    ];
+    for (path, want) in cases {
+        let o = wasmop(&["inspect", path.to_str().unwrap()]);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{} must fail", path.display());
+        assert!(err.contains(want), "{}: {err}", path.display());
+    }
+}
+
+#[test]
+#[ignore = "needs built plugins (make plugins)"]
+fn reconcile_offline_prints_what_the_plugin_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let cr = dir.path().join("cr.yaml");
+    std::fs::write(&cr, "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {name: m, namespace: demo}\nspec: {size: 2}\n").unwrap();
+    let o = wasmop(&["reconcile", plugin_path("memcached.wasm").to_str().unwrap(), "--object", cr.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let doc: serde_json::Value = serde_yaml::from_str(&out).unwrap();
+    let writes = doc["writes"].as_array().unwrap();
+    assert!(writes[0]["update"]["metadata"]["finalizers"][0] == "cache.example.com/finalizer", "{out}");
+    let created = writes.iter().find_map(|w| w.get("create")).expect("a create");
+    assert_eq!(created["kind"], "Deployment");
+    assert_eq!(created["spec"]["replicas"], 2);
+    assert!(writes.iter().any(|w| w.get("updateStatus").is_some()));
+    assert_eq!(doc["events"][0]["reason"], "Created");
+    assert_eq!(doc["result"]["ok"]["requeueAfterMs"], 5000);
+
+    // An existing Deployment owned by someone else (seeded with --state) is left alone.
+    let state = dir.path().join("state.yaml");
+    std::fs::write(&state, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: m, namespace: demo}\nspec: {replicas: 9}\n").unwrap();
+    let o = wasmop(&[
+        "reconcile",
+        plugin_path("memcached.wasm").to_str().unwrap(),
+        "--object",
+        cr.to_str().unwrap(),
+        "--state",
+        state.to_str().unwrap(),
+    ]);
+    let (out, _) = text(&o);
+    assert!(!o.status.success());
+    assert!(out.contains("not owned by this Memcached"), "{out}");
+}
