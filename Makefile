@@ -79,6 +79,7 @@ e2e: build plugins-component
 	@set -o pipefail; status=0; \
 	KUBECONFIG=$(KUBECONFIG_LOCAL) WASMOP_BIN=$(TARGET_DIR)/debug/wasmop WASMOP_PLUGINS=$(WASM_OUT) \
 		cargo test -p wasmop-e2e -- --include-ignored --test-threads=3 || status=$$?; \
+	WASMOP_PLUGINS=$(WASM_OUT) cargo test -p wasmop --bench reconcile_overhead -- --quick || status=$$?; \
 	tests/cluster/down $(CLUSTER_STATE); exit $$status
 
 # up from cold in a separate state folder, then down: nothing of it may be left running.

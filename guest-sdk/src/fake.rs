@@ -52,10 +52,19 @@ impl FakeCluster {
         Self::default()
     }
 
-    /// Seeds an object as if it already existed (not recorded as a write).
+    /// Seeds an object as if it already existed (not recorded as a write). A uid and a
+    /// generation in the object are kept, so ownerReferences and observedGeneration
+    /// between seeded objects hold.
     pub fn seed(&self, object: Value) -> Result<Value, Error> {
-        let created = self.create(&object)?;
-        self.state.lock().unwrap().writes.pop();
+        let mut created = self.create(&object)?;
+        let mut st = self.state.lock().unwrap();
+        st.writes.pop();
+        for field in ["uid", "generation"] {
+            if let Some(v) = object.pointer(&format!("/metadata/{field}")) {
+                created["metadata"][field] = v.clone();
+            }
+        }
+        st.objects.insert(key_of(&created)?, created.clone());
         Ok(created)
     }
 

@@ -21,7 +21,13 @@ fn inspect_prints_manifest_and_interfaces() {
     let doc: serde_json::Value = serde_yaml::from_str(&out).unwrap();
     assert_eq!(doc["manifest"]["primary"]["kind"], "Memcached");
     assert_eq!(doc["manifest"]["owns"][0]["kind"], "Deployment");
-    assert!(doc["exports"].as_array().unwrap().iter().any(|e| e.as_str().unwrap().starts_with("wasmop:operator/reconciler")));
+    assert!(
+        doc["exports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("wasmop:operator/reconciler"))
+    );
     assert!(doc["size"].as_u64().unwrap() > 0 && doc["sha256"].as_str().unwrap().len() == 64);
 }
 
@@ -67,7 +73,11 @@ fn reconcile_offline_prints_what_the_plugin_wrote() {
 
     // An existing Deployment owned by someone else (seeded with --state) is left alone.
     let state = dir.path().join("state.yaml");
-    std::fs::write(&state, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: m, namespace: demo}\nspec: {replicas: 9}\n").unwrap();
+    std::fs::write(
+        &state,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: m, namespace: demo}\nspec: {replicas: 9}\n",
+    )
+    .unwrap();
     let o = wasmop(&[
         "reconcile",
         plugin_path("memcached.wasm").to_str().unwrap(),

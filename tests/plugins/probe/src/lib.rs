@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wasmop_sdk::helpers::controller_ref;
-use wasmop_sdk::{Action, ClusterExt, Context, Manifest, ReconcileError, Reconciler, Request, Verb};
+use wasmop_sdk::{Action, Cluster, ClusterExt, Context, Manifest, ReconcileError, Reconciler, Request, Verb};
 
 pub struct Probe;
 
@@ -41,6 +41,13 @@ impl Reconciler for Probe {
         }
         let data = cm.data.clone().unwrap_or_default();
         let mode = data.get("mode").map(String::as_str).unwrap_or("normal");
+        // `calls:N`: N reads of the primary and nothing else (the overhead benchmark).
+        if let Some(n) = mode.strip_prefix("calls:").and_then(|n| n.parse::<u32>().ok()) {
+            for _ in 0..n {
+                ctx.get(&req.object)?;
+            }
+            return Ok(Action::done());
+        }
         ctx.info("probe reconcile", &[("name", name), ("mode", mode)]);
 
         let mut annotations = BTreeMap::new();
