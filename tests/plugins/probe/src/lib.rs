@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wasmop_sdk::helpers::controller_ref;
-use wasmop_sdk::{Action, Cluster, ClusterExt, Context, Manifest, ReconcileError, Reconciler, Request, Verb};
+use wasmop_sdk::{Action, ClusterExt, Context, Manifest, ReconcileError, Reconciler, Request, Verb};
 
 pub struct Probe;
 
