@@ -290,3 +290,85 @@ fn strip_meta_status(o: &Value) -> Value {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ClusterExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "d"}, "data": {"k": "v"}})
+    }
+
+    #[test]
+    fn stale_resource_version_conflicts() {
+        let f = FakeCluster::new();
+        let first = f.create(&cm("a")).unwrap();
+        let mut second = first.clone();
+        second["data"]["k"] = "w".into();
+        f.update(&second).unwrap();
+        let mut stale = first.clone();
+        stale["data"]["k"] = "x".into();
+        assert!(f.update(&stale).unwrap_err().is_conflict());
+        assert!(matches!(f.create(&cm("a")), Err(Error::AlreadyExists(_))));
+    }
+
+    #[test]
+    fn update_keeps_status_and_update_status_keeps_spec() {
+        let f = FakeCluster::new();
+        let mut o = f.create(&cm("a")).unwrap();
+        o["status"] = json!({"phase": "x"});
+        let o = f.update_status(&o).unwrap();
+        let mut changed = o.clone();
+        changed["status"] = json!({"phase": "ignored"});
+        changed["data"]["k"] = "new".into();
+        let after = f.update(&changed).unwrap();
+        assert_eq!(after["status"]["phase"], "x");
+        assert_eq!(after["metadata"]["generation"], 2, "a spec change bumps generation");
+    }
+
+    #[test]
+    fn finalizers_hold_deletion_and_owners_collect_dependents() {
+        let f = FakeCluster::new();
+        let mut owner = cm("owner");
+        owner["metadata"]["finalizers"] = json!(["x/f"]);
+        let owner = f.create(&owner).unwrap();
+        let mut child = cm("child");
+        child["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner["metadata"]["uid"], "controller": true}]);
+        f.create(&child).unwrap();
+        let r = ObjectRef::of_json(&owner).unwrap();
+        f.delete(&r).unwrap();
+        let held = f.get(&r).unwrap();
+        assert!(held["metadata"]["deletionTimestamp"].is_string());
+        let mut released = held.clone();
+        released["metadata"]["finalizers"] = json!([]);
+        f.update(&released).unwrap();
+        assert!(f.get(&r).unwrap_err().is_not_found());
+        assert!(f.get_opt::<ConfigMap>(Some("d"), "child").unwrap().is_none(), "dependent collected");
+    }
+
+    #[test]
+    fn list_filters_by_namespace_and_labels() {
+        let f = FakeCluster::new();
+        let mut a = cm("a");
+        a["metadata"]["labels"] = json!({"app": "x"});
+        f.create(&a).unwrap();
+        f.create(&cm("b")).unwrap();
+        let mut other = cm("c");
+        other["metadata"]["namespace"] = "e".into();
+        f.create(&other).unwrap();
+        let all: Vec<ConfigMap> = f.list_of(&ListParams::namespace("d")).unwrap();
+        assert_eq!(all.len(), 2);
+        let labelled: Vec<ConfigMap> = f.list_of(&ListParams::namespace("d").labels("app=x")).unwrap();
+        assert_eq!(labelled.len(), 1);
+        assert!(
+            f.list(
+                &KindRef::new("v1", "ConfigMap"),
+                &ListParams { label_selector: Some("a in b".into()), ..Default::default() }
+            )
+            .is_err()
+        );
+    }
+}

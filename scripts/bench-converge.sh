@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# N Memcached CRs created at once → seconds until every one has its Deployment, its Pod
+# and Available=True in status; with the host's CPU seconds and peak RSS.
+# Usage: scripts/bench-converge.sh [N] (default 200). Needs `make plugins`; starts (or
+# reuses) the local control plane and a release build of the host.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+n=${1:-200}
+target=${CARGO_TARGET_DIR:-$root/target}
+export KUBECONFIG=$root/target/cluster/kubeconfig
+tests/cluster/up >/dev/null
+cargo build -q -p wasmop --profile host-release
+kubectl apply -f deploy/crds/memcached.yaml >/dev/null
+kubectl wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=30s >/dev/null
+ns=bench-converge
+kubectl delete namespace $ns --ignore-not-found --wait=true >/dev/null
+kubectl create namespace $ns >/dev/null
+work=$(mktemp -d)
+mkdir -p "$work/plugins"
+cp target/plugins/memcached.wasm "$work/plugins/"
+echo "namespace: $ns" >"$work/plugins/memcached.settings.yaml"
+"$target/host-release/wasmop" run --plugins-dir "$work/plugins" >"$work/host.log" 2>&1 &
+host=$!
+trap 'kill $host 2>/dev/null || true; kubectl delete namespace $ns --wait=false >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+until grep -q "controller started" "$work/host.log"; do sleep 0.1; done
+for i in $(seq 1 "$n"); do
+  printf -- "---\napiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {name: m%04d, namespace: %s}\nspec: {size: 1}\n" "$i" "$ns"
+done >"$work/crs.yaml"
+cpu() { awk '{print $14 + $15}' "/proc/$host/stat"; }
+cpu0=$(cpu)
+t0=$(date +%s.%N)
+kubectl apply -f "$work/crs.yaml" >/dev/null
+while true; do
+  ready=$(kubectl get memcached -n $ns -o jsonpath='{range .items[*]}{.status.readyReplicas}{.status.conditions[?(@.type=="Available")].status}{"\n"}{end}' | grep -c '^1True$' || true)
+  [ "$ready" -ge "$n" ] && break
+  sleep 0.2
+done
+t1=$(date +%s.%N)
+cpu1=$(cpu)
+hz=$(getconf CLK_TCK)
+deps=$(kubectl get deployments -n $ns --no-headers | wc -l)
+rss=$(awk '/VmHWM/ {print $2}' "/proc/$host/status")
+printf '| %d Memcacheds (wasm plugin) | %.1f s | %.2f s | %d MiB | %d |\n' "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "($cpu1 - $cpu0) / $hz" | bc -l)" "$((rss / 1024))" "$deps"
