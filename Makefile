@@ -37,8 +37,10 @@ host: setup
 
 ## Plugins as wasm32-wasip2 components, copied to target/plugins/NAME.wasm.
 plugins: setup
-	cargo build --release --target wasm32-wasip2 $(foreach p,$(PLUGINS) $(TEST_PLUGINS),-p $(p))
 	@mkdir -p $(WASM_OUT)
+	cargo build --release --target wasm32-wasip2 -p probe --features v2
+	@cp $(TARGET_DIR)/wasm32-wasip2/release/probe.wasm $(WASM_OUT)/probe-v2.wasm
+	cargo build --release --target wasm32-wasip2 $(foreach p,$(PLUGINS) $(TEST_PLUGINS),-p $(p))
 	@for p in $(PLUGINS) $(TEST_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
 	cargo build --release --target wasm32-wasip2 -p not-a-plugin
 	@cp $(TARGET_DIR)/wasm32-wasip2/release/not-a-plugin.wasm $(WASM_OUT)/not-a-plugin.wasm

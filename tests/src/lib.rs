@@ -45,6 +45,12 @@ pub fn apply(yaml: &str) -> Result<String, String> {
     kubectl_stdin(&["apply", "-f", "-"], Some(yaml))
 }
 
+/// `kubectl apply --server-side -f -`: for objects too big for the client-side
+/// last-applied annotation (plugin ConfigMaps).
+pub fn apply_server_side(yaml: &str) -> Result<String, String> {
+    kubectl_stdin(&["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(yaml))
+}
+
 /// `kubectl get ... -o json` parsed; None when not found.
 pub fn get_json(args: &[&str]) -> Option<serde_json::Value> {
     let mut a = vec!["get"];

@@ -3,6 +3,7 @@
 
 mod inspect;
 mod offline;
+mod pack;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,8 @@ enum Command {
     },
     /// Run one reconcile offline against an in-memory cluster and print what the plugin wrote.
     Reconcile(offline::ReconcileArgs),
+    /// Print a ConfigMap (YAML) carrying plugins, for `kubectl apply -f -`.
+    Pack(pack::PackArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -37,6 +40,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(args).await,
         Command::Inspect { plugin, settings } => inspect::inspect(&plugin, settings.as_deref()).await,
         Command::Reconcile(args) => offline::reconcile(args).await,
+        Command::Pack(args) => pack::pack(args),
     }
 }
 

@@ -10,13 +10,19 @@ use wasmop::controllers::{Manager, Shared};
 use wasmop::gateway::KubeBackend;
 use wasmop::registry::Registry;
 use wasmop::runtime::{Limits, Runtime, RuntimeConfig};
-use wasmop::sources::{DirSource, PluginSource, SourceEvent};
+use wasmop::sources::{ConfigMapSource, DirSource, PLUGIN_LABEL, PluginSource};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
     /// Load plugins from this directory (NAME.wasm[.gz] + optional NAME.settings.yaml); watched for changes.
     #[arg(long, env = "WASMOP_PLUGINS_DIR")]
     plugins_dir: Option<PathBuf>,
+    /// Load plugins from ConfigMaps labelled wasmop.io/plugin=true (and reload them when they change).
+    #[arg(long, env = "WASMOP_PLUGINS_CONFIGMAPS")]
+    plugins_configmaps: bool,
+    /// Namespaces whose plugin ConfigMaps are loaded (repeatable; default: $POD_NAMESPACE or "default").
+    #[arg(long, env = "WASMOP_PLUGINS_NAMESPACE", value_delimiter = ',')]
+    plugins_namespace: Vec<String>,
     /// Concurrent reconciles per plugin.
     #[arg(long, env = "WASMOP_WORKERS", default_value_t = 4)]
     workers: usize,
@@ -82,14 +88,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.plugins_dir {
         sources.push(Box::new(DirSource::new(dir, limits.clone())));
     }
+    if args.plugins_configmaps {
+        let namespaces = if args.plugins_namespace.is_empty() {
+            vec![std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into())]
+        } else {
+            args.plugins_namespace.clone()
+        };
+        tracing::info!(?namespaces, label = PLUGIN_LABEL, "loading plugins from ConfigMaps");
+        sources.push(Box::new(ConfigMapSource::new(kube.client().clone(), namespaces, limits.clone())));
+    }
     if sources.is_empty() {
-        tracing::warn!("no plugin source given (--plugins-dir): the host will idle");
+        tracing::warn!("no plugin source given (--plugins-dir, --plugins-configmaps): the host will idle");
     }
     for s in sources {
         tokio::spawn(s.run(tx.clone()));
     }
     drop(tx);
-    tokio::spawn(drive(registry.clone(), rx));
+    let events: Arc<dyn wasmop::gateway::Backend> = kube.clone();
+    tokio::spawn(wasmop::sources::drive(registry.clone(), rx, Some(events)));
 
     let shared = Arc::new(Shared { kube, runtime, workers: args.workers });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -108,25 +124,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Feeds source events into the registry; a rejected version is logged and the
-/// previous one keeps serving.
-async fn drive(registry: Arc<Registry>, mut rx: mpsc::Receiver<SourceEvent>) {
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            SourceEvent::Upsert(spec) => {
-                let (name, origin) = (spec.name.clone(), spec.origin.clone());
-                if let Err(e) = registry.apply(spec).await {
-                    let serving = registry.get(&name).map(|p| p.sha256.clone());
-                    tracing::error!(plugin = %name, %origin, reason = e.kind(), previous = ?serving, "plugin version rejected: {e}");
-                }
-            }
-            SourceEvent::Remove { name } => {
-                registry.remove(&name);
-            }
-        }
-    }
 }
 
 async fn shutdown_signal() {

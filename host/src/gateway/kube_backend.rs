@@ -1,14 +1,14 @@
 //! The real apiserver, through kube's dynamic API.
 
+use super::events::EventWriter;
 use super::{Backend, Error, EventType, KindRef, ListParams, ObjectRef, from_kube};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{ApiCapabilities, Scope};
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 
 /// Maps kinds to resources once (discovery of one group-version per kind), and is
 /// refreshed when a kind is unknown: only successful look-ups are cached, so a CRD
@@ -16,14 +16,13 @@ use std::sync::{Mutex, RwLock};
 pub struct KubeBackend {
     client: kube::Client,
     resources: RwLock<HashMap<KindRef, (ApiResource, ApiCapabilities)>>,
-    recorders: Mutex<HashMap<String, Recorder>>,
-    instance: String,
+    events: EventWriter,
 }
 
 impl KubeBackend {
     /// `instance` names this host process in Events (reportingInstance).
     pub fn new(client: kube::Client, instance: &str) -> Self {
-        KubeBackend { client, resources: RwLock::default(), recorders: Mutex::default(), instance: instance.to_owned() }
+        KubeBackend { resources: RwLock::default(), events: EventWriter::new(client.clone(), instance), client }
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -64,19 +63,6 @@ impl KubeBackend {
         let obj: DynamicObject =
             serde_json::from_value(object.clone()).map_err(|e| Error::Invalid(format!("malformed object: {e}")))?;
         Ok((api, obj))
-    }
-
-    fn recorder(&self, reporter: &str) -> Recorder {
-        let mut recorders = self.recorders.lock().unwrap();
-        recorders
-            .entry(reporter.to_owned())
-            .or_insert_with(|| {
-                Recorder::new(
-                    self.client.clone(),
-                    Reporter { controller: format!("wasmop/{reporter}"), instance: Some(self.instance.clone()) },
-                )
-            })
-            .clone()
     }
 }
 
@@ -152,17 +138,11 @@ impl Backend for KubeBackend {
             uid,
             ..Default::default()
         };
-        let ev = Event {
-            type_: match event_type {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: reason.to_owned(),
-            note: Some(message.to_owned()),
-            action: "Reconcile".to_owned(),
-            secondary: None,
+        let t = match event_type {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
         };
-        if let Err(e) = self.recorder(reporter).publish(&ev, &reference).await {
+        if let Err(e) = self.events.write(&format!("wasmop/{reporter}"), reference, t, reason, message).await {
             tracing::warn!(plugin = reporter, %regarding, "could not record event {reason}: {e}");
         }
     }

@@ -7,6 +7,7 @@
 //! offline runs. Nothing here knows about wasm.
 
 mod error;
+mod events;
 mod kube_backend;
 mod memory;
 mod permissions;

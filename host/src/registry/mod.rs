@@ -30,6 +30,8 @@ pub struct PluginSpec {
     pub settings: String,
     /// Where it came from, for logs and Events (`dir:/plugins/x.wasm`, `configmap:ns/cm#key`).
     pub origin: String,
+    /// The object it came from (a ConfigMap), where rejections are reported as Events.
+    pub origin_object: Option<wasmop_sdk::ObjectRef>,
     pub limits: Limits,
     /// Operator narrowing: only these namespaces (None: no narrowing).
     pub allowed_namespaces: Option<Vec<String>>,
@@ -183,7 +185,7 @@ impl Registry {
     pub fn remove(&self, name: &str) -> bool {
         let removed = self.plugins.lock().unwrap().remove(name).is_some();
         if removed {
-            tracing::info!(plugin = name, "plugin removed");
+            tracing::info!(plugin = %name, "plugin removed");
             let _ = self.events.send(RegistryEvent::Removed { name: name.to_owned() });
         }
         removed

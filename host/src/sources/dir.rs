@@ -52,13 +52,13 @@ impl DirSource {
     }
 
     fn spec(&self, name: &str, path: &Path, settings: &str) -> Result<PluginSpec, SourceError> {
-        let raw = std::fs::read(path).map_err(|e| SourceError::Io { path: path.display().to_string(), source: e })?;
-        let bytes = super::bytes::decode(&raw).map_err(|e| SourceError::Invalid(format!("{}: {e}", path.display())))?;
+        let bytes = std::fs::read(path).map_err(|e| SourceError::Io { path: path.display().to_string(), source: e })?;
         Ok(PluginSpec {
             name: name.to_owned(),
             bytes: bytes.into(),
             settings: settings.to_owned(),
             origin: format!("dir:{}", path.display()),
+            origin_object: None,
             limits: self.limits.clone(),
             allowed_namespaces: None,
         })

@@ -4,16 +4,21 @@
 //! [`Reporter`] (a log line for a directory; an Event on the ConfigMap for a ConfigMap).
 
 pub mod bytes;
+mod configmap;
 mod dir;
+mod driver;
 
+pub use configmap::{ConfigMapSource, PLUGIN_LABEL};
 pub use dir::DirSource;
+pub use driver::drive;
 
 use crate::registry::PluginSpec;
 use tokio::sync::mpsc;
 
 #[derive(Debug)]
 pub enum SourceEvent {
-    /// A new plugin or a new version (bytes or settings changed).
+    /// A new plugin or a new version (bytes or settings changed). The bytes are as
+    /// delivered (possibly gzipped); the driver decodes them.
     Upsert(PluginSpec),
     /// The plugin is gone from the source.
     Remove { name: String },

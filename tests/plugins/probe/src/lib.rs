@@ -17,6 +17,9 @@ use wasmop_sdk::{Action, ClusterExt, Context, Manifest, ReconcileError, Reconcil
 
 pub struct Probe;
 
+/// Which build this is: the hot-reload tests swap a v1 for a v2 (`--features v2`).
+const BUILD: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
+
 fn setting<'a>(settings: &'a str, key: &str) -> Option<&'a str> {
     settings.lines().find_map(|l| l.trim().strip_prefix(key)?.trim_start().strip_prefix(':').map(str::trim))
 }
@@ -52,6 +55,7 @@ impl Reconciler for Probe {
 
         let mut annotations = BTreeMap::new();
         annotations.insert("probe/value".to_owned(), data.get("value").cloned().unwrap_or_default());
+        annotations.insert("probe/build".to_owned(), BUILD.to_owned());
         if mode == "forbidden" {
             let secret = Secret {
                 metadata: ObjectMeta {

@@ -1,0 +1,184 @@
+//! Plugins from ConfigMaps: how users deploy reconcilers.
+//!
+//! Watches ConfigMaps labelled `wasmop.io/plugin: "true"` in the given namespaces. Each
+//! `binaryData` key ending in `.wasm` or `.wasm.gz` is one plugin named after the key
+//! (`memcached.wasm.gz` → `memcached`); a `data` or `binaryData` key
+//! `NAME.settings.yaml` beside it is its settings. A change of bytes or of settings is
+//! a new version; a removed key or ConfigMap removes the plugin. Plugin names must be
+//! unique across the watched ConfigMaps.
+
+use super::{PluginSource, SourceEvent};
+use crate::registry::PluginSpec;
+use crate::runtime::Limits;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use tokio::sync::mpsc;
+use wasmop_sdk::{KindRef, ObjectRef};
+
+/// The label that marks a ConfigMap as carrying plugins.
+pub const PLUGIN_LABEL: &str = "wasmop.io/plugin";
+
+pub struct ConfigMapSource {
+    client: kube::Client,
+    namespaces: Vec<String>,
+    limits: Limits,
+}
+
+impl ConfigMapSource {
+    pub fn new(client: kube::Client, namespaces: Vec<String>, limits: Limits) -> Self {
+        ConfigMapSource { client, namespaces, limits }
+    }
+}
+
+/// (namespace, ConfigMap name) → plugin name → stamp (sha256 of bytes and settings).
+type Known = HashMap<(String, String), HashMap<String, [u8; 32]>>;
+
+/// The plugins one ConfigMap carries, with their stamps.
+fn plugins_of(cm: &ConfigMap, limits: &Limits) -> Vec<(PluginSpec, [u8; 32])> {
+    let ns = cm.metadata.namespace.clone().unwrap_or_default();
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    let binary = cm.binary_data.clone().unwrap_or_default();
+    let data = cm.data.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    for (key, value) in &binary {
+        let Some(plugin) = key.strip_suffix(".wasm.gz").or_else(|| key.strip_suffix(".wasm")) else { continue };
+        let settings_key = format!("{plugin}.settings.yaml");
+        let settings = data
+            .get(&settings_key)
+            .cloned()
+            .or_else(|| binary.get(&settings_key).map(|b| String::from_utf8_lossy(&b.0).into_owned()))
+            .unwrap_or_default();
+        let mut h = Sha256::new();
+        h.update(&value.0);
+        h.update([0]);
+        h.update(settings.as_bytes());
+        let spec = PluginSpec {
+            name: plugin.to_owned(),
+            bytes: value.0.clone().into(),
+            settings,
+            origin: format!("configmap:{ns}/{name}#{key}"),
+            origin_object: Some(ObjectRef::new(&KindRef::new("v1", "ConfigMap"), Some(&ns), &name)),
+            limits: limits.clone(),
+            allowed_namespaces: None,
+        };
+        out.push((spec, h.finalize().into()));
+    }
+    out
+}
+
+impl ConfigMapSource {
+    async fn changed(&self, cm: &ConfigMap, known: &mut Known, tx: &mpsc::Sender<SourceEvent>) -> bool {
+        let id = (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default());
+        let before = known.remove(&id).unwrap_or_default();
+        let mut now = HashMap::new();
+        for (spec, stamp) in plugins_of(cm, &self.limits) {
+            now.insert(spec.name.clone(), stamp);
+            if before.get(&spec.name) != Some(&stamp) && tx.send(SourceEvent::Upsert(spec)).await.is_err() {
+                return false;
+            }
+        }
+        for gone in before.keys().filter(|n| !now.contains_key(*n)) {
+            if tx.send(SourceEvent::Remove { name: gone.clone() }).await.is_err() {
+                return false;
+            }
+        }
+        known.insert(id, now);
+        true
+    }
+
+    async fn removed(id: (String, String), known: &mut Known, tx: &mpsc::Sender<SourceEvent>) -> bool {
+        for name in known.remove(&id).unwrap_or_default().into_keys() {
+            if tx.send(SourceEvent::Remove { name }).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[async_trait::async_trait]
+impl PluginSource for ConfigMapSource {
+    async fn run(self: Box<Self>, tx: mpsc::Sender<SourceEvent>) {
+        let config = watcher::Config::default().labels(&format!("{PLUGIN_LABEL}=true"));
+        let streams = self.namespaces.iter().map(|ns| {
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+            watcher(api, config.clone()).default_backoff().map(move |e| (ns.clone(), e)).boxed()
+        });
+        let mut events = futures::stream::select_all(streams);
+        let mut known: Known = HashMap::new();
+        let mut relisting: HashMap<String, HashSet<(String, String)>> = HashMap::new();
+        while let Some((ns, ev)) = events.next().await {
+            use watcher::Event::*;
+            let ok = match ev {
+                Err(e) => {
+                    tracing::debug!(source = "configmap", namespace = %ns, "watch error (retrying): {e}");
+                    true
+                }
+                Ok(Init) => {
+                    relisting.insert(ns, HashSet::new());
+                    true
+                }
+                Ok(InitApply(cm)) | Ok(Apply(cm)) => {
+                    if let Some(seen) = relisting.get_mut(&ns) {
+                        seen.insert((ns.clone(), cm.metadata.name.clone().unwrap_or_default()));
+                    }
+                    self.changed(&cm, &mut known, &tx).await
+                }
+                Ok(Delete(cm)) => {
+                    let id = (ns, cm.metadata.name.clone().unwrap_or_default());
+                    Self::removed(id, &mut known, &tx).await
+                }
+                Ok(InitDone) => {
+                    // ConfigMaps deleted while the watch was down.
+                    let seen = relisting.remove(&ns).unwrap_or_default();
+                    let gone: Vec<_> = known.keys().filter(|id| id.0 == ns && !seen.contains(*id)).cloned().collect();
+                    let mut ok = true;
+                    for id in gone {
+                        ok &= Self::removed(id, &mut known, &tx).await;
+                    }
+                    ok
+                }
+            };
+            if !ok {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    #[test]
+    fn keys_become_plugins_with_settings_and_stamps() {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("plugins".into());
+        cm.metadata.namespace = Some("ops".into());
+        cm.binary_data = Some(
+            [
+                ("memcached.wasm.gz".to_string(), ByteString(vec![1, 2])),
+                ("probe.wasm".to_string(), ByteString(vec![3])),
+                ("README".to_string(), ByteString(vec![4])),
+            ]
+            .into(),
+        );
+        cm.data = Some([("probe.settings.yaml".to_string(), "namespace: x".to_string())].into());
+        let mut found = plugins_of(&cm, &Limits::default());
+        found.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].0.name, "memcached");
+        assert_eq!(found[0].0.origin, "configmap:ops/plugins#memcached.wasm.gz");
+        assert_eq!(found[1].0.settings, "namespace: x");
+        let stamp = found[1].1;
+        cm.data = Some([("probe.settings.yaml".to_string(), "namespace: y".to_string())].into());
+        let again = plugins_of(&cm, &Limits::default());
+        let probe = again.iter().find(|p| p.0.name == "probe").unwrap();
+        assert_ne!(probe.1, stamp, "a settings change is a new version");
+    }
+}
