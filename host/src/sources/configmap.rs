@@ -77,7 +77,7 @@ impl ConfigMapSource {
         let mut now = HashMap::new();
         for (spec, stamp) in plugins_of(cm, &self.limits) {
             now.insert(spec.name.clone(), stamp);
-            if before.get(&spec.name) != Some(&stamp) && tx.send(SourceEvent::Upsert(spec)).await.is_err() {
+            if before.get(&spec.name) != Some(&stamp) && tx.send(SourceEvent::Upsert(Box::new(spec))).await.is_err() {
                 return false;
             }
         }

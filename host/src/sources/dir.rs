@@ -90,7 +90,7 @@ impl PluginSource for DirSource {
                         }
                         match self.spec(name, path, &stamp.2) {
                             Ok(spec) => {
-                                if tx.send(SourceEvent::Upsert(spec)).await.is_err() {
+                                if tx.send(SourceEvent::Upsert(Box::new(spec))).await.is_err() {
                                     return;
                                 }
                                 known.insert(name.clone(), stamp.clone());

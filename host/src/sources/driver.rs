@@ -16,7 +16,7 @@ pub async fn drive(registry: Arc<Registry>, mut rx: mpsc::Receiver<SourceEvent>,
                 let result = match bytes::decode(&spec.bytes) {
                     Ok(decoded) => {
                         spec.bytes = decoded.into();
-                        registry.apply(spec.clone()).await.map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
+                        registry.apply((*spec).clone()).await.map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
                     }
                     Err(e) => Err(("decode", e.to_string())),
                 };

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 pub enum SourceEvent {
     /// A new plugin or a new version (bytes or settings changed). The bytes are as
     /// delivered (possibly gzipped); the driver decodes them.
-    Upsert(PluginSpec),
+    Upsert(Box<PluginSpec>),
     /// The plugin is gone from the source.
     Remove { name: String },
 }
