@@ -10,7 +10,8 @@ ROOT := $(CURDIR)
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)
 WASM_OUT := $(ROOT)/target/plugins
 CLUSTER_STATE ?= $(ROOT)/target/cluster
-export KUBECONFIG_LOCAL := $(CLUSTER_STATE)/kubeconfig
+# The e2e tests get a control plane of their own, so a running demo never interferes.
+E2E_STATE ?= $(ROOT)/target/cluster-e2e
 CARGO_COMPONENT_VERSION := 0.21.1
 PLUGINS := memcached
 TEST_PLUGINS := probe
@@ -77,12 +78,12 @@ unit: setup
 
 # End-to-end tests need the control plane; it is torn down afterwards, pass or fail.
 e2e: build plugins-component
-	@tests/cluster/up $(CLUSTER_STATE) >/dev/null
+	@tests/cluster/up $(E2E_STATE) >/dev/null
 	@set -o pipefail; status=0; \
-	KUBECONFIG=$(KUBECONFIG_LOCAL) WASMOP_BIN=$(TARGET_DIR)/debug/wasmop WASMOP_PLUGINS=$(WASM_OUT) \
+	KUBECONFIG=$(E2E_STATE)/kubeconfig WASMOP_BIN=$(TARGET_DIR)/debug/wasmop WASMOP_PLUGINS=$(WASM_OUT) \
 		cargo test -p wasmop-e2e -- --include-ignored --test-threads=3 || status=$$?; \
 	WASMOP_PLUGINS=$(WASM_OUT) cargo test -p wasmop --bench reconcile_overhead -- --quick || status=$$?; \
-	tests/cluster/down $(CLUSTER_STATE); exit $$status
+	tests/cluster/down $(E2E_STATE); exit $$status
 
 # up from cold in a separate state folder, then down: nothing of it may be left running.
 cluster-selftest:

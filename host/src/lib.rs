@@ -11,6 +11,8 @@
 
 pub mod controllers;
 pub mod gateway;
+pub mod health;
+pub mod metrics;
 pub mod registry;
 pub mod runtime;
 pub mod sources;

@@ -137,22 +137,35 @@ func allAlive(st *state) bool {
 	return true
 }
 
-// stopAll stops exactly the processes recorded in st, newest first: SIGTERM, then
-// SIGKILL after a grace period.
+// stopAll stops exactly the processes recorded in st: SIGTERM to all, then SIGKILL to
+// any still running after a grace period, and waits until none is left running.
 func stopAll(st *state) {
 	for i := len(order) - 1; i >= 0; i-- {
-		pid := st.PIDs[order[i]]
-		if !alive(pid) {
-			continue
+		if pid := st.PIDs[order[i]]; alive(pid) {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
 		}
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		deadline := time.Now().Add(10 * time.Second)
-		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if alive(pid) {
+	}
+	waitGone(st, 10*time.Second)
+	for _, name := range order {
+		if pid := st.PIDs[name]; alive(pid) {
+			logf("%s (pid %d) ignored SIGTERM; killing it", name, pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+	}
+	waitGone(st, 10*time.Second)
+}
+
+func waitGone(st *state, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		running := false
+		for _, name := range order {
+			running = running || alive(st.PIDs[name])
+		}
+		if !running {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -14,7 +14,10 @@ KUBECONFIG=$state/kubeconfig kubectl get nodes --no-headers | grep -q ' Ready '
 "$here/up" "$state" 2>&1 >/dev/null | grep -q 'reusing the healthy cluster'
 "$here/down" "$state" >/dev/null
 left=""
-for p in $pids; do if kill -0 "$p" 2>/dev/null; then left="$left $p"; fi; done
+# A zombie (state Z) has exited and only waits for its parent to reap it: not running.
+for p in $pids; do
+  if [ -r "/proc/$p/stat" ] && [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != "Z" ]; then left="$left $p"; fi
+done
 if [ -n "$left" ] || [ -d "$state" ]; then
   echo "cluster-selftest: FAILED: processes left:$left; state folder left: $([ -d "$state" ] && echo yes || echo no)" >&2
   exit 1

@@ -139,6 +139,7 @@ impl Host {
             .arg("run")
             .arg("--plugins-dir")
             .arg(self.plugins_dir())
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(&self.extra)
             .env("KUBECONFIG", kubeconfig())
             .env("WASMOP_LOG", "info,wasmop=debug,kube=warn")
@@ -165,6 +166,23 @@ impl Host {
 
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET one of the host's own endpoints (`/metrics`, `/readyz`, ...): (status, body).
+    pub fn http_get(&self, path: &str) -> Result<(u16, String)> {
+        let logs = self.logs();
+        let addr = logs
+            .lines()
+            .rev()
+            .find(|l| l.contains("serving /metrics"))
+            .and_then(|l| l.split("addr=").nth(1))
+            .and_then(|a| a.split_whitespace().next())
+            .context("the host has not logged its metrics address yet")?;
+        let out =
+            Command::new("curl").args(["-s", "-w", "\n%{http_code}"]).arg(format!("http://{addr}{path}")).output()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').context("no status from curl")?;
+        Ok((code.trim().parse()?, body.to_owned()))
     }
 
     /// Still running?

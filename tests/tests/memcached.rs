@@ -101,6 +101,26 @@ fn size_scale_hand_edit_image_and_delete() -> Result<()> {
         if img == "memcached:1.6.9" { Ok(()) } else { bail!("image {img}") }
     })?;
 
+    // What an operator sees: metrics, readiness, and what is serving.
+    let (code, metrics) = host.http_get("/metrics")?;
+    assert_eq!(code, 200);
+    let ok_count: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with(r#"wasmop_reconciles_total{plugin="memcached",result="ok"}"#))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(ok_count > 0.0, "reconcile counter: {metrics}");
+    assert!(metrics.contains(r#"wasmop_reconcile_duration_seconds_count{plugin="memcached"}"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"wasmop_host_calls_total{plugin="memcached",verb="create",result="ok"} 1"#),
+        "{metrics}"
+    );
+    assert_eq!(host.http_get("/readyz")?, (200, "ok".to_string()));
+    let (_, plugins) = host.http_get("/plugins")?;
+    let plugins: Value = serde_json::from_str(&plugins)?;
+    assert_eq!(plugins[0]["name"], "memcached");
+    assert_eq!(plugins[0]["sha256"].as_str().map(str::len), Some(64));
+
     let describe = kubectl(&["-n", &ns.0, "describe", "memcached", "cache"]).unwrap();
     assert!(describe.contains("Created") && describe.contains("Scaled"), "events visible in describe:\n{describe}");
 

@@ -5,6 +5,7 @@ mod inspect;
 mod offline;
 mod pack;
 mod run;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use wasmop::controllers::{Manager, Shared};
 use wasmop::gateway::KubeBackend;
+use wasmop::health::Health;
 use wasmop::registry::Registry;
 use wasmop::runtime::{Limits, Runtime, RuntimeConfig};
 use wasmop::sources::{ConfigMapSource, DirSource, PLUGIN_LABEL, PluginSource};
@@ -35,6 +36,9 @@ pub struct RunArgs {
     /// Linear memory of one plugin instance, in MiB.
     #[arg(long, env = "WASMOP_PLUGIN_MEMORY_MIB", default_value_t = 128)]
     plugin_memory_mib: usize,
+    /// Address of the /metrics, /healthz, /readyz and /plugins endpoints (port 0: any free port).
+    #[arg(long, env = "WASMOP_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    metrics_bind_address: std::net::SocketAddr,
     /// Log format.
     #[arg(long, env = "WASMOP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     log_format: LogFormat,
@@ -100,14 +104,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if sources.is_empty() {
         tracing::warn!("no plugin source given (--plugins-dir, --plugins-configmaps): the host will idle");
     }
+    let health = Arc::new(Health::new(sources.len()));
+    let addr = super::serve::serve(args.metrics_bind_address, health.clone(), registry.clone())
+        .await
+        .with_context(|| format!("cannot listen on {}", args.metrics_bind_address))?;
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /plugins");
+    let events: Arc<dyn wasmop::gateway::Backend> = kube.clone();
+    tokio::spawn(wasmop::sources::drive(registry.clone(), rx, Some(events), health.clone()));
     for s in sources {
         tokio::spawn(s.run(tx.clone()));
     }
     drop(tx);
-    let events: Arc<dyn wasmop::gateway::Backend> = kube.clone();
-    tokio::spawn(wasmop::sources::drive(registry.clone(), rx, Some(events)));
 
-    let shared = Arc::new(Shared { kube, runtime, workers: args.workers });
+    let shared = Arc::new(Shared { kube, runtime, workers: args.workers, health });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let manager = tokio::spawn(Manager::new(shared).run(registry, async move {
         let _ = stopped.await;

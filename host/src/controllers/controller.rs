@@ -15,6 +15,8 @@
 use super::backoff::Backoff;
 use super::queue::Queue;
 use crate::gateway::{Backend, EventType, Gateway, KindRef, KubeBackend, ObjectRef};
+use crate::health::Health;
+use crate::metrics::{METRICS, labels};
 use crate::registry::Handle;
 use crate::runtime::Runtime;
 use futures::{StreamExt, stream::BoxStream};
@@ -35,6 +37,7 @@ pub struct Shared {
     /// Concurrent reconciles per plugin. Why 4: enough to overlap apiserver round
     /// trips; more would let one busy plugin take most of the host's instance slots.
     pub workers: usize,
+    pub health: Arc<Health>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -67,6 +70,7 @@ pub fn spawn(name: String, handle: Handle, shared: Arc<Shared>) -> Running {
 
 async fn run(name: String, handle: Handle, shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
     let manifest = handle.load().manifest.clone();
+    shared.health.controller(&name, false);
     let streams = loop {
         match watch_streams(&shared.kube, &manifest).await {
             Ok(s) => break s,
@@ -97,15 +101,24 @@ async fn run(name: String, handle: Handle, shared: Arc<Shared>, mut stopped: wat
         })
         .collect();
 
+    let total_streams = streams.len();
     let mut events = futures::stream::select_all(streams);
     let mut relisting: HashMap<Source, HashSet<ObjectRef>> = HashMap::new();
+    let mut synced: HashSet<Source> = HashSet::new();
     loop {
         tokio::select! {
             _ = stopped.changed() => break,
             item = events.next() => match item {
                 None => break,
                 Some((_, Err(e))) => tracing::debug!(plugin = %name, "watch error (retrying): {e}"),
-                Some((source, Ok(ev))) => on_event(&manifest, source, ev, &cache, &queue, &mut relisting),
+                Some((source, Ok(ev))) => {
+                    let done = matches!(ev, watcher::Event::InitDone);
+                    on_event(&manifest, source.clone(), ev, &cache, &queue, &mut relisting);
+                    if done && synced.insert(source) && synced.len() == total_streams {
+                        shared.health.controller(&name, true);
+                        tracing::info!(plugin = %name, "watches synced");
+                    }
+                }
             }
         }
     }
@@ -113,6 +126,7 @@ async fn run(name: String, handle: Handle, shared: Arc<Shared>, mut stopped: wat
     for w in workers {
         let _ = w.await;
     }
+    shared.health.controller_stopped(&name);
     tracing::info!(plugin = %name, "controller stopped");
 }
 
@@ -248,6 +262,8 @@ struct Worker {
 impl Worker {
     async fn run(self) {
         while let Some(key) = self.queue.next().await {
+            let plugin = self.handle.load().name.clone();
+            METRICS.queue_depth.get_or_create(&labels(&[("plugin", &plugin)])).set(self.queue.depth() as i64);
             self.reconcile(&key).await;
             self.queue.done(&key);
         }
@@ -265,6 +281,14 @@ impl Worker {
             .reconcile(&plugin.compiled, gateway.clone(), key, current.as_deref(), &plugin.settings, &plugin.limits)
             .await;
         let elapsed = started.elapsed();
+        let p = plugin.name.as_str();
+        METRICS.reconcile_seconds.get_or_create(&labels(&[("plugin", p)])).observe(elapsed.as_secs_f64());
+        let outcome = match &result {
+            Ok(Ok(_)) => "ok",
+            Ok(Err(_)) => "error",
+            Err(_) => "fault",
+        };
+        METRICS.reconciles.get_or_create(&labels(&[("plugin", p), ("result", outcome)])).inc();
         match result {
             Ok(Ok(action)) => {
                 self.backoff.lock().unwrap().reset(key);
@@ -279,6 +303,7 @@ impl Worker {
                     gateway.record_event(key, EventType::Warning, "ReconcileFailed", &e.message).await;
                 }
                 if e.retry {
+                    METRICS.retries.get_or_create(&labels(&[("plugin", p)])).inc();
                     let delay = self.backoff.lock().unwrap().fail(key);
                     self.queue.add_after(key.clone(), delay);
                 } else {
@@ -287,6 +312,8 @@ impl Worker {
             }
             Err(fault) => {
                 tracing::error!(plugin = %plugin.name, object = %key, fault = fault.kind(), "plugin fault: {fault}");
+                METRICS.faults.get_or_create(&labels(&[("plugin", p), ("kind", fault.kind())])).inc();
+                METRICS.retries.get_or_create(&labels(&[("plugin", p)])).inc();
                 if current.is_some() {
                     let msg = format!("plugin {} faulted ({}): {fault}", plugin.name, fault.kind());
                     gateway.record_event(key, EventType::Warning, "PluginFault", &msg).await;

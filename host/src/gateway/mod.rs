@@ -18,6 +18,7 @@ pub use memory::MemoryBackend;
 pub use permissions::Permissions;
 pub use wasmop_sdk::{Error, EventType, KindRef, ListParams, LogLevel, ObjectRef, Verb};
 
+use crate::metrics::{METRICS, labels};
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,41 +69,54 @@ impl Gateway {
     fn check(&self, kind: &KindRef, verb: Verb, namespace: Option<&str>) -> Result<(), Error> {
         self.permissions.check(kind, verb, namespace).inspect_err(|e| {
             self.denied.fetch_add(1, Ordering::Relaxed);
+            METRICS.denied_calls.get_or_create(&labels(&[("plugin", &self.plugin), ("verb", verb.as_str())])).inc();
             tracing::warn!(plugin = %self.plugin, verb = verb.as_str(), %kind, namespace, "denied: {}", e.message());
         })
     }
 
+    fn counted<T>(&self, verb: Verb, r: Result<T, Error>) -> Result<T, Error> {
+        let result = match &r {
+            Ok(_) => "ok",
+            Err(e) => e.code(),
+        };
+        METRICS
+            .host_calls
+            .get_or_create(&labels(&[("plugin", &self.plugin), ("verb", verb.as_str()), ("result", result)]))
+            .inc();
+        r
+    }
+
     pub async fn get(&self, object: &ObjectRef) -> Result<Value, Error> {
         self.check(&object.kind_ref(), Verb::Get, object.namespace.as_deref())?;
-        self.backend.get(object).await
+        self.counted(Verb::Get, self.backend.get(object).await)
     }
 
     pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Value>, Error> {
         self.check(kind, Verb::List, params.namespace.as_deref())?;
-        self.backend.list(kind, params).await
+        self.counted(Verb::List, self.backend.list(kind, params).await)
     }
 
     pub async fn create(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
         self.check(&r.kind_ref(), Verb::Create, r.namespace.as_deref())?;
-        self.backend.create(object).await
+        self.counted(Verb::Create, self.backend.create(object).await)
     }
 
     pub async fn update(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
         self.check(&r.kind_ref(), Verb::Update, r.namespace.as_deref())?;
-        self.backend.update(object).await
+        self.counted(Verb::Update, self.backend.update(object).await)
     }
 
     pub async fn update_status(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
         self.check(&r.kind_ref(), Verb::UpdateStatus, r.namespace.as_deref())?;
-        self.backend.update_status(object).await
+        self.counted(Verb::UpdateStatus, self.backend.update_status(object).await)
     }
 
     pub async fn delete(&self, object: &ObjectRef) -> Result<(), Error> {
         self.check(&object.kind_ref(), Verb::Delete, object.namespace.as_deref())?;
-        self.backend.delete(object).await
+        self.counted(Verb::Delete, self.backend.delete(object).await)
     }
 
     /// Events need no permission on the regarded kind: they only describe it.

@@ -11,6 +11,7 @@
 //! Controllers subscribe to [`RegistryEvent`]s to start, re-watch and stop.
 
 use crate::gateway::Permissions;
+use crate::metrics::{METRICS, labels};
 use crate::runtime::{Compiled, Limits, Runtime, RuntimeError};
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
@@ -173,6 +174,8 @@ impl Registry {
                 }
             }
         };
+        METRICS.plugin_loads.get_or_create(&labels(&[("plugin", &loaded.name)])).inc();
+        METRICS.plugin_serving(&loaded.name, Some((&loaded.manifest.version, &loaded.sha256)));
         tracing::info!(
             plugin = %loaded.name, version = %loaded.manifest.version, sha256 = %loaded.sha256,
             origin = %loaded.origin, primary = %loaded.manifest.primary, "plugin loaded"
@@ -185,6 +188,7 @@ impl Registry {
     pub fn remove(&self, name: &str) -> bool {
         let removed = self.plugins.lock().unwrap().remove(name).is_some();
         if removed {
+            METRICS.plugin_serving(name, None);
             tracing::info!(plugin = %name, "plugin removed");
             let _ = self.events.send(RegistryEvent::Removed { name: name.to_owned() });
         }

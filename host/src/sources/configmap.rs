@@ -110,6 +110,7 @@ impl PluginSource for ConfigMapSource {
         });
         let mut events = futures::stream::select_all(streams);
         let mut known: Known = HashMap::new();
+        let mut unsynced: HashSet<String> = self.namespaces.iter().cloned().collect();
         let mut relisting: HashMap<String, HashSet<(String, String)>> = HashMap::new();
         while let Some((ns, ev)) = events.next().await {
             use watcher::Event::*;
@@ -139,6 +140,9 @@ impl PluginSource for ConfigMapSource {
                     let mut ok = true;
                     for id in gone {
                         ok &= Self::removed(id, &mut known, &tx).await;
+                    }
+                    if unsynced.remove(&ns) && unsynced.is_empty() {
+                        ok &= tx.send(SourceEvent::Synced).await.is_ok();
                     }
                     ok
                 }

@@ -81,6 +81,7 @@ fn read_settings(dir: &Path, name: &str) -> Result<String, SourceError> {
 impl PluginSource for DirSource {
     async fn run(self: Box<Self>, tx: mpsc::Sender<SourceEvent>) {
         let mut known: HashMap<String, Stamp> = HashMap::new();
+        let mut first = true;
         loop {
             match self.scan() {
                 Ok(found) => {
@@ -108,6 +109,9 @@ impl PluginSource for DirSource {
                 }
                 Err(e) => tracing::warn!(source = "dir", "{e}"),
             }
+            if std::mem::take(&mut first) && tx.send(SourceEvent::Synced).await.is_err() {
+                return;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(self.interval) => {}
                 _ = tx.closed() => return,
@@ -133,6 +137,7 @@ mod tests {
 
         let SourceEvent::Upsert(spec) = rx.recv().await.unwrap() else { panic!("expected upsert") };
         assert_eq!((spec.name.as_str(), &*spec.bytes, spec.settings.as_str()), ("a", &b"one"[..], "namespace: x"));
+        assert!(matches!(rx.recv().await.unwrap(), SourceEvent::Synced));
 
         std::fs::write(dir.path().join("a.settings.yaml"), "namespace: y").unwrap();
         let SourceEvent::Upsert(spec) = rx.recv().await.unwrap() else { panic!("expected upsert") };

@@ -2,6 +2,8 @@
 
 use super::{SourceEvent, bytes};
 use crate::gateway::{Backend, EventType};
+use crate::health::Health;
+use crate::metrics::{METRICS, labels};
 use crate::registry::{PluginSpec, Registry};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -9,7 +11,12 @@ use tokio::sync::mpsc;
 /// Applies every event to `registry` until the sources close. A rejected version is
 /// logged and, when it came from a cluster object, reported as a Warning Event
 /// `PluginRejected` on that object; the previous version keeps serving either way.
-pub async fn drive(registry: Arc<Registry>, mut rx: mpsc::Receiver<SourceEvent>, events: Option<Arc<dyn Backend>>) {
+pub async fn drive(
+    registry: Arc<Registry>,
+    mut rx: mpsc::Receiver<SourceEvent>,
+    events: Option<Arc<dyn Backend>>,
+    health: Arc<Health>,
+) {
     while let Some(ev) = rx.recv().await {
         match ev {
             SourceEvent::Upsert(mut spec) => {
@@ -27,6 +34,7 @@ pub async fn drive(registry: Arc<Registry>, mut rx: mpsc::Receiver<SourceEvent>,
             SourceEvent::Remove { name } => {
                 registry.remove(&name);
             }
+            SourceEvent::Synced => health.source_synced(),
         }
     }
 }
@@ -37,6 +45,7 @@ async fn report(registry: &Registry, spec: &PluginSpec, kind: &str, reason: &str
         Some(sha) => format!("the previous version (sha256 {}) keeps serving", &sha[..12]),
         None => "no version of it is serving".to_owned(),
     };
+    METRICS.plugin_rejections.get_or_create(&labels(&[("plugin", &spec.name), ("reason", kind)])).inc();
     tracing::error!(plugin = %spec.name, origin = %spec.origin, reason = kind, "plugin version rejected: {reason}; {previous}");
     if let (Some(events), Some(obj)) = (events, &spec.origin_object) {
         let msg = format!(

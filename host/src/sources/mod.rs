@@ -22,6 +22,8 @@ pub enum SourceEvent {
     Upsert(Box<PluginSpec>),
     /// The plugin is gone from the source.
     Remove { name: String },
+    /// The source finished its first pass: every plugin it had at start was sent.
+    Synced,
 }
 
 /// A running source sends events until `tx` closes.
