@@ -134,3 +134,84 @@ fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
     assert!(get_json(&["serviceaccount", "b-probe", "-n", &ns.0]).is_none(), "a removed plugin reconciles nothing");
     Ok(())
 }
+
+/// `name=` field values of `probe reconcile` / `probe done` lines, in log order.
+fn starts_and_ends(log: &str) -> Vec<(bool, String)> {
+    log.lines()
+        .filter_map(|l| {
+            let start = l.contains("probe reconcile ");
+            if !start && !l.contains("probe done ") {
+                return None;
+            }
+            let name = l.split("name=").nth(1)?.split_whitespace().next()?.to_owned();
+            Some((start, name))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn swaps_during_a_burst_lose_nothing_and_never_overlap_an_object() -> Result<()> {
+    let ns = Namespace::new("cmburst");
+    let work = tempfile::tempdir()?;
+    let host = Host::start(&[], &["--plugins-configmaps", "--plugins-namespace", &ns.0])?;
+    apply_server_side(&pack(work.path(), &plugin_path("probe.wasm"), &ns.0)?).map_err(|e| anyhow!(e))?;
+    let names: Vec<String> = (0..20).map(|i| format!("o{i}")).collect();
+    // Five swaps, v2 ↔ v1, each while the previous round's changes are being reconciled.
+    for round in 0..5 {
+        let all: String = names.iter().map(|n| format!("---\n{}", probe_cm(&ns.0, n, &round.to_string()))).collect();
+        apply(&all).map_err(|e| anyhow!(e))?;
+        let build = if round % 2 == 0 { "probe-v2.wasm" } else { "probe.wasm" };
+        apply_server_side(&pack(work.path(), &plugin_path(build), &ns.0)?).map_err(|e| anyhow!(e))?;
+    }
+    // The last swap put v2 in place; one more change lands on every object.
+    eventually("all six versions loaded", Duration::from_secs(60), || {
+        let n = host.logs().matches("plugin loaded plugin=probe").count();
+        if n >= 6 { Ok(()) } else { bail!("{n} loads") }
+    })?;
+    let all: String = names.iter().map(|n| format!("---\n{}", probe_cm(&ns.0, n, "final"))).collect();
+    apply(&all).map_err(|e| anyhow!(e))?;
+    for n in &names {
+        expect(&ns.0, n, "final", "v2")?;
+    }
+    let log = host.logs();
+    // Per object, every start is followed by its end before the next start.
+    let mut open: std::collections::HashSet<String> = Default::default();
+    for (start, name) in starts_and_ends(&log) {
+        if start {
+            assert!(open.insert(name.clone()), "{name} reconciled twice at once");
+        } else {
+            open.remove(&name);
+        }
+    }
+    let complaints: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ") || l.contains(" WARN ")).collect();
+    assert!(complaints.is_empty(), "swaps log no errors: {complaints:#?}");
+    assert_eq!(log.matches("plugin loaded plugin=probe").count(), 6, "every swap loaded a version");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn a_second_plugin_for_the_same_kind_is_refused_with_an_event() -> Result<()> {
+    let ns = Namespace::new("cmdup");
+    let work = tempfile::tempdir()?;
+    let _host = Host::start(&[], &["--plugins-configmaps", "--plugins-namespace", &ns.0])?;
+    let one = pack(work.path(), &plugin_path("probe.wasm"), &ns.0)?;
+    apply_server_side(&one).map_err(|e| anyhow!(e))?;
+    apply(&probe_cm(&ns.0, "a", "1")).map_err(|e| anyhow!(e))?;
+    expect(&ns.0, "a", "1", "v1")?;
+    // The same bytes under another name, for the same kind and namespace.
+    let two = one
+        .replace("name: plugins", "name: plugins-two")
+        .replace("probe.wasm:", "probe-copy.wasm:")
+        .replace("probe.settings.yaml:", "probe-copy.settings.yaml:");
+    apply_server_side(&two).map_err(|e| anyhow!(e))?;
+    let msg = eventually("a PluginRejected Event on the second ConfigMap", Duration::from_secs(30), || {
+        let out = kubectl(&["-n", &ns.0, "describe", "configmap", "plugins-two"]).map_err(|e| anyhow!(e))?;
+        if out.contains("PluginRejected") { Ok(out) } else { bail!("no event yet") }
+    })?;
+    assert!(msg.contains("already reconciles v1/ConfigMap"), "{msg}");
+    apply(&probe_cm(&ns.0, "a", "2")).map_err(|e| anyhow!(e))?;
+    expect(&ns.0, "a", "2", "v1")?;
+    Ok(())
+}

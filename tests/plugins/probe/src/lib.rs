@@ -94,6 +94,7 @@ impl Reconciler for Probe {
             }
             Some(_) => {}
         }
+        ctx.info("probe done", &[("name", name), ("build", BUILD)]);
         match mode {
             "requeue" => Ok(Action::requeue(Duration::from_millis(500))),
             "fail" => Err(ReconcileError::retry("probe asked to fail")),
