@@ -20,13 +20,20 @@ say "Installing the Memcached CRD"
 show kubectl apply -f deploy/crds/memcached.yaml
 kubectl wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=30s >/dev/null
 
-say "Starting the wasmop host with plugins from $demo/plugins"
-mkdir -p "$demo/plugins"
-cp target/plugins/memcached.wasm "$demo/plugins/"
+say "Starting the wasmop host; it loads plugins from ConfigMaps in wasmop-system"
+mkdir -p "$demo"
+kubectl create namespace wasmop-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 pkill -f "$target/debug/wasmop run" 2>/dev/null || true
-nohup "$target/debug/wasmop" run --plugins-dir "$demo/plugins" >"$demo/host.log" 2>&1 &
+nohup "$target/debug/wasmop" run --plugins-configmaps --plugins-namespace wasmop-system \
+  --metrics-bind-address 127.0.0.1:0 >"$demo/host.log" 2>&1 &
 echo "host pid $! (log: $demo/host.log)"
-"$target/debug/wasmop" inspect "$demo/plugins/memcached.wasm" | sed -n '/^manifest:/,/^sha256:/p' | head -20
+
+say "Deploying the Memcached plugin: wasmop pack | kubectl apply (no restart)"
+echo "$ wasmop pack target/plugins/memcached.wasm --name plugins --namespace wasmop-system | kubectl apply --server-side -f -"
+"$target/debug/wasmop" pack target/plugins/memcached.wasm --name plugins --namespace wasmop-system \
+  | kubectl apply --server-side -f -
+until grep -q "watches synced plugin=memcached" "$demo/host.log"; do sleep 0.2; done
+grep "plugin loaded" "$demo/host.log" | tail -1 | sed 's/^.*INFO //'
 
 say "Creating a Memcached of size 3"
 show kubectl apply -f deploy/samples/memcached.yaml
@@ -50,6 +57,19 @@ wait_ready 1
 show kubectl get memcached memcached-sample
 show kubectl get deployment,pods -l app.kubernetes.io/instance=memcached-sample
 show kubectl describe memcached memcached-sample | sed -n '/^Events:/,$p'
+
+say "Hot reload: a new version of the plugin's settings (defaultImage), applied to the running host"
+printf 'defaultImage: docker.io/library/memcached:1.6.39-alpine\n' >"$demo/memcached.settings.yaml"
+echo "$ wasmop pack target/plugins/memcached.wasm --settings memcached=$demo/memcached.settings.yaml ... | kubectl apply --server-side -f -"
+"$target/debug/wasmop" pack target/plugins/memcached.wasm --name plugins --namespace wasmop-system \
+  --settings "memcached=$demo/memcached.settings.yaml" | kubectl apply --server-side -f -
+for _ in $(seq 1 100); do
+  img=$(kubectl get deployment memcached-sample -o jsonpath='{.spec.template.spec.containers[0].image}')
+  [ "$img" = "docker.io/library/memcached:1.6.39-alpine" ] && break
+  sleep 0.2
+done
+grep "plugin loaded" "$demo/host.log" | tail -1 | sed 's/^.*INFO //'
+show kubectl get deployment memcached-sample -o custom-columns=NAME:.metadata.name,IMAGE:.spec.template.spec.containers[0].image,READY:.status.readyReplicas
 
 say "Done. The cluster and the host keep running."
 echo "  export KUBECONFIG=$KUBECONFIG   # then use kubectl"

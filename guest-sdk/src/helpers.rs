@@ -100,6 +100,20 @@ pub fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
+/// A top-level scalar of a flat `key: value` settings document (YAML or JSON-ish), with
+/// quotes removed; None when absent or empty. Plugins that need nested settings can
+/// parse the document themselves; this keeps the common case free of a YAML parser
+/// (which would add ~100 KiB to the plugin).
+pub fn setting<'a>(settings: &'a str, key: &str) -> Option<&'a str> {
+    settings.lines().find_map(|line| {
+        let line = line.trim().trim_start_matches(['{', ',']).trim();
+        let rest = line.strip_prefix(key).or_else(|| line.strip_prefix(&format!("\"{key}\"")))?;
+        let value = rest.trim_start().strip_prefix(':')?.trim().trim_end_matches([',', '}']).trim();
+        let value = value.trim_matches('"').trim_matches('\'');
+        (!value.is_empty()).then_some(value)
+    })
+}
+
 /// An equality- and set-based label selector (`a=b,c!=d,e,!f,g in (x,y),h notin (z)`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LabelSelector {
@@ -222,6 +236,17 @@ mod tests {
         set_condition(&mut conds, "Available", true, "Ready", "3/3", Some(2));
         assert_ne!(conds[0].last_transition_time.0, k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         assert!(first.0 > k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    }
+
+    #[test]
+    fn flat_settings() {
+        let s = "namespace: team-a\ndefaultImage: \"memcached:1.6\"\n";
+        assert_eq!(setting(s, "namespace"), Some("team-a"));
+        assert_eq!(setting(s, "defaultImage"), Some("memcached:1.6"));
+        assert_eq!(setting(s, "missing"), None);
+        assert_eq!(setting("{\"namespace\": \"x\"}", "namespace"), Some("x"));
+        assert_eq!(setting("namespaces: a", "namespace"), None);
+        assert_eq!(setting("", "namespace"), None);
     }
 
     #[test]

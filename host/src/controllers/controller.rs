@@ -52,10 +52,17 @@ type Cache = Arc<Mutex<HashMap<ObjectRef, Arc<Value>>>>;
 /// A running controller; [`Running::stop`] ends it gracefully.
 pub struct Running {
     stop: watch::Sender<bool>,
+    resync: Arc<tokio::sync::Notify>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
+    /// Reconciles every primary again, for example because a new plugin version (new
+    /// code or new settings) should apply to objects that did not change.
+    pub fn resync(&self) {
+        self.resync.notify_one();
+    }
+
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
@@ -64,11 +71,18 @@ impl Running {
 
 pub fn spawn(name: String, handle: Handle, shared: Arc<Shared>) -> Running {
     let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(run(name, handle, shared, stopped));
-    Running { stop, task }
+    let resync = Arc::new(tokio::sync::Notify::new());
+    let task = tokio::spawn(run(name, handle, shared, stopped, resync.clone()));
+    Running { stop, resync, task }
 }
 
-async fn run(name: String, handle: Handle, shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
+async fn run(
+    name: String,
+    handle: Handle,
+    shared: Arc<Shared>,
+    mut stopped: watch::Receiver<bool>,
+    resync: Arc<tokio::sync::Notify>,
+) {
     let manifest = handle.load().manifest.clone();
     shared.health.controller(&name, false);
     let streams = loop {
@@ -108,6 +122,11 @@ async fn run(name: String, handle: Handle, shared: Arc<Shared>, mut stopped: wat
     loop {
         tokio::select! {
             _ = stopped.changed() => break,
+            _ = resync.notified() => {
+                let keys: Vec<ObjectRef> = cache.lock().unwrap().keys().cloned().collect();
+                tracing::info!(plugin = %name, objects = keys.len(), "new version: reconciling every object again");
+                keys.into_iter().for_each(|k| queue.add(k));
+            }
             item = events.next() => match item {
                 None => break,
                 Some((_, Err(e))) => tracing::debug!(plugin = %name, "watch error (retrying): {e}"),

@@ -17,9 +17,10 @@ use tokio::sync::broadcast::error::RecvError;
 
 /// Keeps one controller per loaded plugin.
 ///
-/// A replaced plugin whose watches are unchanged keeps its controller (the next
-/// reconcile simply loads the new version); one whose watches changed gets a new
-/// controller after the old one drained. A removed plugin's controller is stopped.
+/// A replaced plugin whose watches are unchanged keeps its controller, which
+/// reconciles every object again with the new version (reconciles already running
+/// finish on the old one); one whose watches changed gets a new controller after the
+/// old one drained. A removed plugin's controller is stopped.
 pub struct Manager {
     shared: Arc<Shared>,
     running: HashMap<String, controller::Running>,
@@ -43,11 +44,14 @@ impl Manager {
                 _ = &mut shutdown => break,
                 ev = events.recv() => match ev {
                     Ok(RegistryEvent::Upserted { name, handle, watches_changed }) => {
-                        if watches_changed || !self.running.contains_key(&name) {
-                            if let Some(old) = self.running.remove(&name) {
-                                old.stop().await;
+                        match self.running.get(&name) {
+                            Some(c) if !watches_changed => c.resync(),
+                            _ => {
+                                if let Some(old) = self.running.remove(&name) {
+                                    old.stop().await;
+                                }
+                                self.running.insert(name.clone(), controller::spawn(name, handle, self.shared.clone()));
                             }
-                            self.running.insert(name.clone(), controller::spawn(name, handle, self.shared.clone()));
                         }
                     }
                     Ok(RegistryEvent::Removed { name }) => {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use wasmop_sdk::helpers::{
     add_finalizer, conditions_equivalent, controller_ref, has_finalizer, is_controlled_by, remove_finalizer,
-    set_condition,
+    set_condition, setting,
 };
 use wasmop_sdk::{
     Action, ClusterExt, Context, KindRef, ListParams, Manifest, Mapping, ObjectRef, ReconcileError, Reconciler,
@@ -29,12 +29,13 @@ struct PodMeta {
     metadata: ObjectMeta,
 }
 
-/// Settings: optional `namespace: NAME` (or a comma-separated list) to watch; all by default.
+/// Settings (all optional):
+/// - `namespace: a, b`: the namespaces to watch (default: all);
+/// - `defaultImage: IMAGE`: the image for Memcacheds that set no `spec.image`, like an
+///   operator's environment variable (default: [`DEFAULT_IMAGE`]).
 fn namespaces(settings: &str) -> Vec<String> {
-    settings
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("namespace").and_then(|r| r.trim_start().strip_prefix(':')))
-        .map(|v| v.split(',').map(|s| s.trim().trim_matches('"').to_owned()).filter(|s| !s.is_empty()).collect())
+    setting(settings, "namespace")
+        .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
         .unwrap_or_default()
 }
 
@@ -67,7 +68,9 @@ impl Reconciler for Memcached {
         }
 
         let ns = mc.metadata.namespace.clone();
-        let desired = deployment_for(&mc).ok_or_else(|| ReconcileError::permanent("Memcached has no uid yet"))?;
+        let default_image = setting(&req.settings, "defaultImage").unwrap_or(DEFAULT_IMAGE);
+        let desired =
+            deployment_for(&mc, default_image).ok_or_else(|| ReconcileError::permanent("Memcached has no uid yet"))?;
         let size = mc.spec.size;
         let deployment = match ctx.get_opt::<Deployment>(ns.as_deref(), &req.object.name)? {
             None => {
@@ -179,7 +182,7 @@ fn labels(name: &str) -> BTreeMap<String, String> {
 }
 
 /// The Deployment a Memcached should have; None until the CR has a uid.
-pub fn deployment_for(mc: &Cr) -> Option<Deployment> {
+pub fn deployment_for(mc: &Cr, default_image: &str) -> Option<Deployment> {
     let name = mc.metadata.name.clone()?;
     let owner = controller_ref(mc)?;
     let labels = labels(&name);
@@ -210,7 +213,7 @@ pub fn deployment_for(mc: &Cr) -> Option<Deployment> {
                     }),
                     containers: vec![Container {
                         name: "memcached".into(),
-                        image: Some(mc.spec.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into())),
+                        image: Some(mc.spec.image.clone().unwrap_or_else(|| default_image.into())),
                         image_pull_policy: Some("IfNotPresent".into()),
                         args: Some(vec!["-m=64".into(), "-o".into(), "modern".into(), "-v".into()]),
                         ports: Some(vec![ContainerPort {

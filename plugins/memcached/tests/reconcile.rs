@@ -176,3 +176,22 @@ fn crd_is_up_to_date() {
     let on_disk = std::fs::read_to_string(path).unwrap_or_default();
     assert!(on_disk == generated, "{path} is stale: run WASMOP_UPDATE_CRDS=1 cargo test -p memcached crd");
 }
+
+#[test]
+fn default_image_comes_from_settings_unless_the_cr_sets_one() {
+    let fake = FakeCluster::new();
+    fake.seed_obj(&mc("cache", 1)).unwrap();
+    let run = |settings: &str| {
+        let req =
+            Request { object: mc_key("cache"), current: fake.object(&mc_key("cache")), settings: settings.into() };
+        Operator::reconcile(&Context::new(&fake), &req).unwrap();
+    };
+    let image = || deployment(&fake, "cache")["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    run("");
+    assert_eq!(image(), memcached::types::DEFAULT_IMAGE);
+    run("defaultImage: memcached:1.6.30");
+    assert_eq!(image(), "memcached:1.6.30");
+    fake.edit(&mc_key("cache"), |o| o["spec"]["image"] = json!("custom:1")).unwrap();
+    run("defaultImage: memcached:1.6.30");
+    assert_eq!(image(), "custom:1");
+}

@@ -12,17 +12,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use wasmop_sdk::helpers::controller_ref;
+use wasmop_sdk::helpers::{controller_ref, setting};
 use wasmop_sdk::{Action, ClusterExt, Context, Manifest, ReconcileError, Reconciler, Request, Verb};
 
 pub struct Probe;
 
 /// Which build this is: the hot-reload tests swap a v1 for a v2 (`--features v2`).
 const BUILD: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
-
-fn setting<'a>(settings: &'a str, key: &str) -> Option<&'a str> {
-    settings.lines().find_map(|l| l.trim().strip_prefix(key)?.trim_start().strip_prefix(':').map(str::trim))
-}
 
 impl Reconciler for Probe {
     fn manifest(settings: &str) -> Result<Manifest, String> {
