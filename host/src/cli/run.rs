@@ -24,6 +24,9 @@ pub struct RunArgs {
     /// Namespaces whose plugin ConfigMaps are loaded (repeatable; default: $POD_NAMESPACE or "default").
     #[arg(long, env = "WASMOP_PLUGINS_NAMESPACE", value_delimiter = ',')]
     plugins_namespace: Vec<String>,
+    /// Keep compiled plugin code in this directory across restarts (only the host may write it).
+    #[arg(long, env = "WASMOP_COMPILE_CACHE_DIR")]
+    compile_cache_dir: Option<PathBuf>,
     /// Concurrent reconciles per plugin.
     #[arg(long, env = "WASMOP_WORKERS", default_value_t = 4)]
     workers: usize,
@@ -76,6 +79,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));
     let kube = Arc::new(KubeBackend::new(client, &instance));
     let runtime = Arc::new(Runtime::new(RuntimeConfig {
+        cache_dir: args.compile_cache_dir.clone(),
         max_instances: args.max_instances,
         memory_ceiling: (args.plugin_memory_mib << 20).max(RuntimeConfig::default().memory_ceiling),
         ..Default::default()

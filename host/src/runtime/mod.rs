@@ -134,11 +134,15 @@ pub struct RuntimeConfig {
     pub memory_ceiling: usize,
     /// How often the epoch ticks: the granularity of deadlines and yields.
     pub tick: Duration,
+    /// Where compiled code is kept across restarts, keyed by the plugin's sha256 and the
+    /// engine's compatibility hash. Code loaded from here is trusted as-is, so only the
+    /// host may write this directory. None: compile in memory only.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { max_instances: 64, memory_ceiling: 512 << 20, tick: Duration::from_millis(10) }
+        RuntimeConfig { max_instances: 64, memory_ceiling: 512 << 20, tick: Duration::from_millis(10), cache_dir: None }
     }
 }
 
@@ -223,10 +227,43 @@ impl Runtime {
     /// (`spawn_blocking`).
     pub fn compile(&self, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
         check_header(bytes)?;
-        let component = Component::new(&self.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
+        let component = self.component(bytes)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
         let pre = PluginPre::new(pre).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
         Ok(Compiled { pre, size: bytes.len() })
+    }
+
+    /// Compiles, or loads the code compiled earlier from the cache directory.
+    fn component(&self, bytes: &[u8]) -> Result<Component, RuntimeError> {
+        let compile = || Component::new(&self.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")));
+        let Some(dir) = &self.config.cache_dir else { return compile() };
+        use sha2::Digest;
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut h);
+        let path = dir.join(format!("{}-{:016x}.cwasm", hex::encode(sha2::Sha256::digest(bytes)), h.finish()));
+        if path.exists() {
+            // SAFETY: the cache directory is written only by this host (see `cache_dir`),
+            // and the file name binds the code to these exact bytes and this engine.
+            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                Ok(c) => return Ok(c),
+                Err(e) => tracing::warn!(path = %path.display(), "ignoring unreadable cached code: {e}"),
+            }
+        }
+        let component = compile()?;
+        match component.serialize() {
+            Ok(code) => {
+                let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+                if let Err(e) = std::fs::create_dir_all(dir)
+                    .and_then(|_| std::fs::write(&tmp, code))
+                    .and_then(|_| std::fs::rename(&tmp, &path))
+                {
+                    tracing::warn!(path = %path.display(), "cannot write the code cache: {e}");
+                }
+            }
+            Err(e) => tracing::warn!("cannot serialize compiled code: {e}"),
+        }
+        Ok(component)
     }
 
     /// Asks a compiled plugin for its manifest under `settings`. The plugin has no
@@ -344,6 +381,24 @@ fn classify(e: wasmtime::Error) -> RuntimeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_dir_round_trip() {
+        // The smallest valid component: compiled once, then loaded from the cache.
+        let empty_component = b"\0asm\x0d\0\x01\0";
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = RuntimeConfig { max_instances: 2, cache_dir: Some(dir.path().into()), ..Default::default() };
+        let rt = Runtime::new(cfg).unwrap();
+        rt.component(empty_component).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+        assert_eq!(files.len(), 1, "one cached artefact");
+        let inode = std::fs::metadata(&files[0]).unwrap().ino();
+        rt.component(empty_component).unwrap();
+        assert_eq!(std::fs::metadata(&files[0]).unwrap().ino(), inode, "loaded from the cache, not rewritten");
+        // It is not a plugin, and says so, whether compiled or cached.
+        assert!(matches!(rt.compile(empty_component), Err(RuntimeError::WrongWorld(_))));
+    }
 
     #[test]
     fn rejects_non_wasm_and_core_modules_with_a_reason() {
