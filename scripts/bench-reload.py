@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Hot reload: ConfigMap apply → new version serving, with a release build of the host.
+
+For each plugin, N rounds of: make new bytes (the plugin with a custom section naming
+the round, so the sha256 differs and the code must be compiled), `wasmop pack |
+kubectl apply --server-side`, and time from just before the apply until the host logs
+`plugin loaded` for it (the host's own timestamp). A second series changes only the
+settings (same code: the compile cache answers). Prints Markdown table rows.
+
+Usage: scripts/bench-reload.py [ROUNDS]  (needs `make plugins` and a running control
+plane: tests/cluster/up)."""
+
+import datetime, os, re, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+HOST = os.path.join(TARGET, "host-release", "wasmop")
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+NS = "bench-reload"
+ENV = dict(os.environ, KUBECONFIG=os.path.join(ROOT, "target", "cluster", "kubeconfig"))
+
+
+def leb(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def with_custom_section(wasm, text):
+    name = b"wasmop-bench"
+    payload = leb(len(name)) + name + text.encode()
+    return wasm + b"\x00" + leb(len(payload)) + payload
+
+
+def kubectl(*args, stdin=None):
+    return subprocess.run(["kubectl", *args], input=stdin, env=ENV, check=True, capture_output=True)
+
+
+def loaded_times(log, plugin):
+    out = []
+    for line in open(log, encoding="utf-8", errors="replace"):
+        if f"plugin loaded plugin={plugin} " in line:
+            ts = line.split()[0].rstrip("Z")
+            out.append(datetime.datetime.fromisoformat(ts[:26]).replace(tzinfo=datetime.timezone.utc).timestamp())
+    return out
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def main():
+    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "host-release"], cwd=ROOT, check=True)
+    subprocess.run(f"kubectl create namespace {NS} --dry-run=client -o yaml | kubectl apply -f -", shell=True, env=ENV, check=True, capture_output=True)
+    work = tempfile.mkdtemp()
+    log = os.path.join(work, "host.log")
+    host = subprocess.Popen([HOST, "run", "--plugins-configmaps", "--plugins-namespace", NS, "--metrics-bind-address", "127.0.0.1:0"],
+                            env=ENV, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    try:
+        time.sleep(1)
+        rows = []
+        for plugin in ["probe", "memcached"]:
+            src = open(os.path.join(ROOT, "target", "plugins", f"{plugin}.wasm"), "rb").read()
+            for series in ["new code", "settings only"]:
+                samples = []
+                for r in range(ROUNDS):
+                    wasm = with_custom_section(src, f"{series} {r}") if series == "new code" else with_custom_section(src, "fixed")
+                    path = os.path.join(work, f"{plugin}.wasm")
+                    open(path, "wb").write(wasm)
+                    settings = os.path.join(work, "s.yaml")
+                    open(settings, "w").write(f"namespace: {NS}\nround: {series} {r}\n")
+                    cm = subprocess.run([HOST, "pack", path, "--name", f"bench-{plugin}", "--namespace", NS, "--settings", f"{plugin}={settings}"],
+                                        check=True, capture_output=True).stdout
+                    before = len(loaded_times(log, plugin))
+                    t0 = time.time()
+                    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=cm)
+                    while len(loaded_times(log, plugin)) <= before:
+                        time.sleep(0.005)
+                    samples.append(loaded_times(log, plugin)[-1] - t0)
+                rows.append((plugin, len(src), series, median(samples), min(samples), max(samples)))
+                kubectl("delete", "configmap", f"bench-{plugin}", "-n", NS)
+                time.sleep(0.5)
+        for plugin, size, series, med, lo, hi in rows:
+            print(f"| {plugin} ({size // 1024} KiB) | {series} | {med * 1000:.0f} ms | {lo * 1000:.0f}–{hi * 1000:.0f} ms |")
+    finally:
+        host.terminate()
+        host.wait()
+        subprocess.run(["kubectl", "delete", "namespace", NS, "--wait=false"], env=ENV, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
