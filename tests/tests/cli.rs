@@ -90,3 +90,34 @@ fn reconcile_offline_prints_what_the_plugin_wrote() {
     assert!(!o.status.success());
     assert!(out.contains("not owned by this Memcached"), "{out}");
 }
+
+#[test]
+#[ignore = "needs built plugins (make plugins)"]
+fn pack_labels_gzips_when_asked_and_refuses_what_cannot_fit() {
+    let probe = plugin_path("probe.wasm");
+    let o = wasmop(&["pack", probe.to_str().unwrap(), "--name", "p", "--namespace", "ops", "--gzip", "always"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let cm: serde_json::Value = serde_yaml::from_str(&out).unwrap();
+    assert_eq!(cm["metadata"]["labels"]["wasmop.io/plugin"], "true");
+    assert_eq!(cm["metadata"]["namespace"], "ops");
+    assert_eq!(cm["metadata"]["annotations"]["wasmop.io/sha256.probe"].as_str().map(str::len), Some(64));
+    assert!(cm["binaryData"]["probe.wasm.gz"].is_string(), "{out}");
+
+    // 2 MiB of incompressible bytes: not even gzip makes it fit a ConfigMap.
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.wasm");
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    bytes.extend((0..(2 << 20)).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    }));
+    std::fs::write(&big, bytes).unwrap();
+    let o = wasmop(&["pack", big.to_str().unwrap(), "--name", "p"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("even gzipped"), "{err}");
+}

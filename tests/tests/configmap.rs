@@ -86,7 +86,14 @@ fn base64(bytes: &[u8]) -> Result<String> {
 fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
     let ns = Namespace::new("cmsrc");
     let work = tempfile::tempdir()?;
-    let host = Host::start(&[], &["--plugins-configmaps", "--plugins-namespace", &ns.0])?;
+    // Memcached from a directory beside the ConfigMap plugins: it must not notice any of this.
+    apply(include_str!("../../deploy/crds/memcached.yaml")).map_err(|e| anyhow!(e))?;
+    kubectl(&["wait", "--for=condition=Established", "crd/memcacheds.cache.example.com", "--timeout=30s"])
+        .map_err(|e| anyhow!(e))?;
+    let host = Host::start(
+        &[("memcached", &plugin_path("memcached.wasm"), &format!("namespace: {}", ns.0))],
+        &["--plugins-configmaps", "--plugins-namespace", &ns.0],
+    )?;
 
     // v1 from a ConfigMap, with the host already running.
     apply_server_side(&pack(work.path(), &plugin_path("probe.wasm"), &ns.0)?).map_err(|e| anyhow!(e))?;
@@ -130,7 +137,14 @@ fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
         if host.logs().contains("plugin removed plugin=probe") { Ok(()) } else { bail!("not yet") }
     })?;
     apply(&probe_cm(&ns.0, "b", "1")).map_err(|e| anyhow!(e))?;
-    std::thread::sleep(Duration::from_secs(3));
+    let mc = format!(
+        "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {{name: m, namespace: {}}}\nspec: {{size: 1}}\n",
+        ns.0
+    );
+    apply(&mc).map_err(|e| anyhow!(e))?;
+    eventually("the other plugin still reconciles", Duration::from_secs(30), || {
+        get_json(&["deployment", "m", "-n", &ns.0]).map(|_| ()).ok_or_else(|| anyhow!("no Deployment yet"))
+    })?;
     assert!(get_json(&["serviceaccount", "b-probe", "-n", &ns.0]).is_none(), "a removed plugin reconciles nothing");
     Ok(())
 }
