@@ -10,19 +10,26 @@ n=${1:-200}
 target=${CARGO_TARGET_DIR:-$root/target}
 export KUBECONFIG=$root/target/cluster/kubeconfig
 tests/cluster/up >/dev/null
-cargo build -q -p wasmop --profile host-release
+cargo build -q -p wasmop --profile bench  # the profile `cargo bench` uses: one build for all benchmarks
 kubectl apply -f deploy/crds/memcached.yaml >/dev/null
 kubectl wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=30s >/dev/null
-ns=bench-converge
-kubectl delete namespace $ns --ignore-not-found --wait=true >/dev/null
+# A namespace of its own per run: CRs of an earlier run may still be held by finalizers.
+ns=bench-converge-$$
 kubectl create namespace $ns >/dev/null
 work=$(mktemp -d)
 mkdir -p "$work/plugins"
 cp target/plugins/memcached.wasm "$work/plugins/"
 echo "namespace: $ns" >"$work/plugins/memcached.settings.yaml"
-"$target/host-release/wasmop" run --plugins-dir "$work/plugins" >"$work/host.log" 2>&1 &
+"$target/release/wasmop" run --plugins-dir "$work/plugins" >"$work/host.log" 2>&1 &
 host=$!
-trap 'kill $host 2>/dev/null || true; kubectl delete namespace $ns --wait=false >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+# Delete the CRs while the host still runs (it removes their finalizers), then the rest.
+cleanup() {
+  kubectl delete memcached --all -n $ns --wait=true --timeout=120s >/dev/null 2>&1 || true
+  kill $host 2>/dev/null || true
+  kubectl delete namespace $ns --wait=false >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 until grep -q "controller started" "$work/host.log"; do sleep 0.1; done
 for i in $(seq 1 "$n"); do
   printf -- "---\napiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {name: m%04d, namespace: %s}\nspec: {size: 1}\n" "$i" "$ns"

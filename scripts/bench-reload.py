@@ -14,7 +14,8 @@ import datetime, os, re, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-HOST = os.path.join(TARGET, "host-release", "wasmop")
+# `--profile bench` (what `cargo bench` uses) writes to target/release.
+HOST = os.path.join(TARGET, "release", "wasmop")
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 NS = "bench-reload"
 ENV = dict(os.environ, KUBECONFIG=os.path.join(ROOT, "target", "cluster", "kubeconfig"))
@@ -55,7 +56,7 @@ def median(xs):
 
 
 def main():
-    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "host-release"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench"], cwd=ROOT, check=True)
     subprocess.run(f"kubectl create namespace {NS} --dry-run=client -o yaml | kubectl apply -f -", shell=True, env=ENV, check=True, capture_output=True)
     work = tempfile.mkdtemp()
     log = os.path.join(work, "host.log")
