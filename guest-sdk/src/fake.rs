@@ -5,8 +5,10 @@
 //! when anything but status and metadata changes), status kept apart from spec
 //! (`update` never writes status, `update-status` writes only status), finalizers
 //! (a delete sets deletionTimestamp until they are gone), and garbage collection of
-//! dependents through ownerReferences. It does not validate schemas or run admission:
-//! those are proven against a real apiserver.
+//! dependents through ownerReferences. It does not validate schemas, apply CRD
+//! defaults or run admission: those are proven against a real apiserver. (Without
+//! defaulting, an object seeded without a defaulted field looks "changed" to the fake
+//! when the plugin writes it back with the default, and its generation moves.)
 
 use crate::cluster::{Cluster, ListParams};
 use crate::types::{Error, EventType, KindRef, LogLevel, ObjectRef};
