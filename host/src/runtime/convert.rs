@@ -58,3 +58,19 @@ pub fn manifest(m: rec::PluginManifest) -> Manifest {
             .collect(),
     }
 }
+
+pub fn to_wit(e: wasmop_sdk::Error) -> types::Error {
+    match e {
+        wasmop_sdk::Error::NotFound(m) => types::Error::NotFound(m),
+        wasmop_sdk::Error::AlreadyExists(m) => types::Error::AlreadyExists(m),
+        wasmop_sdk::Error::Conflict(m) => types::Error::Conflict(m),
+        wasmop_sdk::Error::Forbidden(m) => types::Error::Forbidden(m),
+        wasmop_sdk::Error::Invalid(m) => types::Error::Invalid(m),
+        wasmop_sdk::Error::Unavailable(m) => types::Error::Unavailable(m),
+        wasmop_sdk::Error::Internal(m) => types::Error::Internal(m),
+    }
+}
+
+pub fn sdk_ref(r: types::ObjectRef) -> wasmop_sdk::ObjectRef {
+    wasmop_sdk::ObjectRef { api_version: r.api_version, kind: r.kind, namespace: r.namespace, name: r.name }
+}

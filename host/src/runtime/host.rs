@@ -1,6 +1,7 @@
 //! The per-call store state and the contract's imports, implemented over a [`Gateway`].
 
 use super::bindings::wasmop::operator::{cluster, events, log, types};
+use super::convert::{sdk_ref, to_wit};
 use crate::gateway::{self, Gateway};
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
@@ -50,22 +51,6 @@ impl HostState {
         }
         serde_json::from_str(text).map_err(|e| types::Error::Invalid(format!("{what}: malformed JSON: {e}")))
     }
-}
-
-fn to_wit(e: gateway::Error) -> types::Error {
-    match e {
-        gateway::Error::NotFound(m) => types::Error::NotFound(m),
-        gateway::Error::AlreadyExists(m) => types::Error::AlreadyExists(m),
-        gateway::Error::Conflict(m) => types::Error::Conflict(m),
-        gateway::Error::Forbidden(m) => types::Error::Forbidden(m),
-        gateway::Error::Invalid(m) => types::Error::Invalid(m),
-        gateway::Error::Unavailable(m) => types::Error::Unavailable(m),
-        gateway::Error::Internal(m) => types::Error::Internal(m),
-    }
-}
-
-fn sdk_ref(r: types::ObjectRef) -> gateway::ObjectRef {
-    gateway::ObjectRef { api_version: r.api_version, kind: r.kind, namespace: r.namespace, name: r.name }
 }
 
 fn json(v: Result<serde_json::Value, gateway::Error>) -> Result<String, types::Error> {
