@@ -3,16 +3,19 @@
 
 wit_bindgen::generate!({
     path: "../wit",
-    world: "plugin",
+    world: "webhook-plugin",
     pub_export_macro: true,
     default_bindings_module: "wasmop_sdk::guest",
 });
 
 use crate::{Cluster, Context, ListParams, Reconciler};
 use crate::{Error, EventType, KindRef, LogLevel, ObjectRef};
+use exports::wasmop::operator::admission as adm;
 use exports::wasmop::operator::reconciler as rec;
 use wasmop::operator::{cluster, events, log, types as wt};
 
+pub use adm::Guest as AdmissionGuest;
+pub use adm::Handler as WitHandler;
 pub use rec::Guest as ReconcilerGuest;
 pub use rec::Request as WitRequest;
 pub use rec::{Action as WitAction, PluginManifest as WitManifest, ReconcileError as WitReconcileError};
@@ -166,4 +169,36 @@ pub fn reconcile<R: Reconciler>(req: WitRequest) -> Result<WitAction, WitReconci
         Ok(a) => Ok(WitAction { requeue_after_ms: a.requeue_after.map(|d| d.as_millis() as u64) }),
         Err(e) => Err(WitReconcileError { message: e.message, retry: e.retry }),
     }
+}
+
+#[doc(hidden)]
+pub fn handlers<W: crate::Webhooks>(settings: &str) -> Vec<WitHandler> {
+    use crate::admission::Operation as Op;
+    W::handlers(settings)
+        .into_iter()
+        .map(|h| WitHandler {
+            name: h.name,
+            mutating: h.mutating,
+            kinds: h.kinds.iter().map(wit_kind).collect(),
+            operations: h
+                .operations
+                .iter()
+                .map(|o| match o {
+                    Op::Create => adm::Operation::Create,
+                    Op::Update => adm::Operation::Update,
+                    Op::Delete => adm::Operation::Delete,
+                    Op::Connect => adm::Operation::Connect,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+#[doc(hidden)]
+pub fn review<W: crate::Webhooks>(handler: &str, settings: &str, request: &str) -> Result<String, String> {
+    let request: crate::AdmissionRequest =
+        serde_json::from_str(request).map_err(|e| format!("host sent a bad AdmissionRequest: {e}"))?;
+    let ctx = Context::new(&HostCluster);
+    let response = W::review(&ctx, handler, settings, &request);
+    serde_json::to_string(&response).map_err(|e| e.to_string())
 }

@@ -17,6 +17,7 @@
 //! JSON. Every cluster call goes through [`Cluster`], so the code under test and the
 //! code in production are the same.
 
+pub mod admission;
 mod cluster;
 mod context;
 pub mod fake;
@@ -28,6 +29,9 @@ mod types;
 #[doc(hidden)]
 pub mod guest;
 
+pub use admission::{
+    Handler, NoWebhooks, Operation, Request as AdmissionRequest, Response as AdmissionResponse, Webhooks,
+};
 pub use cluster::{Cluster, ClusterExt, ListParams, Object};
 pub use context::{Context, Request};
 pub use manifest::{Manifest, Mapping, Permission, Verb, Watch};
@@ -47,12 +51,17 @@ pub trait Reconciler {
     fn reconcile(ctx: &Context<'_>, req: &Request) -> Result<Action, ReconcileError>;
 }
 
-/// Exports a [`Reconciler`] as the plugin's `reconciler` interface.
+/// Exports a [`Reconciler`] as the plugin's `reconciler` interface, and optionally a
+/// [`Webhooks`] implementation as its `admission` interface:
+/// `export_plugin!(MyOperator)` or `export_plugin!(MyOperator, webhooks = MyWebhooks)`.
 ///
 /// Outside wasm32 it expands to nothing, so the same crate builds natively for tests.
 #[macro_export]
 macro_rules! export_plugin {
     ($ty:ty) => {
+        $crate::export_plugin!($ty, webhooks = $crate::NoWebhooks);
+    };
+    ($ty:ty, webhooks = $wh:ty) => {
         #[cfg(target_arch = "wasm32")]
         const _: () = {
             struct __WasmopExport;
@@ -68,7 +77,19 @@ macro_rules! export_plugin {
                     $crate::guest::reconcile::<$ty>(request)
                 }
             }
-    $crate::guest::export!(__WasmopExport with_types_in $crate::guest);
+            impl $crate::guest::AdmissionGuest for __WasmopExport {
+                fn handlers(settings: ::std::string::String) -> ::std::vec::Vec<$crate::guest::WitHandler> {
+                    $crate::guest::handlers::<$wh>(&settings)
+                }
+                fn review(
+                    handler: ::std::string::String,
+                    settings: ::std::string::String,
+                    request: ::std::string::String,
+                ) -> ::std::result::Result<::std::string::String, ::std::string::String> {
+                    $crate::guest::review::<$wh>(&handler, &settings, &request)
+                }
+            }
+            $crate::guest::export!(__WasmopExport with_types_in $crate::guest);
         };
     };
 }

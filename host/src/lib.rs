@@ -16,3 +16,4 @@ pub mod metrics;
 pub mod registry;
 pub mod runtime;
 pub mod sources;
+pub mod webhook;

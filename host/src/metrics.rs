@@ -27,6 +27,8 @@ pub struct Metrics {
     pub plugin_loads: Family<Labels, Counter>,
     pub plugin_rejections: Family<Labels, Counter>,
     pub plugin_info: Family<Labels, Gauge>,
+    pub admission_reviews: Family<Labels, Counter>,
+    pub admission_seconds: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -47,6 +49,8 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         plugin_loads: Family::default(),
         plugin_rejections: Family::default(),
         plugin_info: Family::default(),
+        admission_reviews: Family::default(),
+        admission_seconds: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
         registry: Registry::default(),
         info_labels: Default::default(),
     };
@@ -64,6 +68,16 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     registry.register("wasmop_plugin_loads", "Plugin versions admitted", m.plugin_loads.clone());
     registry.register("wasmop_plugin_rejections", "Plugin versions refused, by reason", m.plugin_rejections.clone());
     registry.register("wasmop_plugin_info", "1 for each serving plugin version", m.plugin_info.clone());
+    registry.register(
+        "wasmop_admission_reviews",
+        "AdmissionReviews answered, by plugin, handler and result (allowed, denied, error)",
+        m.admission_reviews.clone(),
+    );
+    registry.register(
+        "wasmop_admission_duration_seconds",
+        "Wall time of one AdmissionReview, plugin call included",
+        m.admission_seconds.clone(),
+    );
     Metrics { registry, ..m }
 });
 

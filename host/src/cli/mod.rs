@@ -6,6 +6,7 @@ mod offline;
 mod pack;
 mod run;
 mod serve;
+mod webhooks;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -34,6 +35,8 @@ enum Command {
     Reconcile(offline::ReconcileArgs),
     /// Print a ConfigMap (YAML) carrying plugins, for `kubectl apply -f -`.
     Pack(pack::PackArgs),
+    /// Print Mutating/ValidatingWebhookConfigurations (YAML) for plugins' admission handlers.
+    WebhookConfig(webhooks::WebhookConfigArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -42,6 +45,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect { plugin, settings } => inspect::inspect(&plugin, settings.as_deref()).await,
         Command::Reconcile(args) => offline::reconcile(args).await,
         Command::Pack(args) => pack::pack(args),
+        Command::WebhookConfig(args) => webhooks::webhook_config(args).await,
     }
 }
 

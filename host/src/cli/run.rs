@@ -48,6 +48,8 @@ pub struct RunArgs {
     /// Grace period for in-flight reconciles on SIGTERM/SIGINT, in seconds.
     #[arg(long, env = "WASMOP_SHUTDOWN_GRACE_SECONDS", default_value_t = 25)]
     shutdown_grace_seconds: u64,
+    #[command(flatten)]
+    webhooks: super::webhooks::WebhookArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -120,14 +122,32 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     drop(tx);
 
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let backend: Arc<dyn wasmop::gateway::Backend> = kube.clone();
+    let webhooks = super::webhooks::start(
+        &args.webhooks,
+        kube.client().clone(),
+        registry.clone(),
+        backend,
+        until_stop(stopped.clone()),
+    )
+    .await
+    .context("cannot start the webhook server")?;
+
     let shared = Arc::new(Shared { kube, runtime, workers: args.workers, health });
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let manager = tokio::spawn(Manager::new(shared).run(registry, async move {
-        let _ = stopped.await;
-    }));
+    let manager = tokio::spawn(Manager::new(shared).run(registry, until_stop(stopped.clone())));
     tracing::info!(instance, "wasmop host running");
     shutdown_signal().await;
-    let _ = stop.send(());
+    let _ = stop.send(true);
+    let manager = async move {
+        let _ = manager.await;
+        if let Some(w) = webhooks {
+            let _ = w.await;
+        }
+    };
     // Controllers stop taking work and drain in-flight reconciles; whatever is still
     // running after the grace period is abandoned (reconciles are idempotent, and the
     // next leader or start converges it).
@@ -145,5 +165,5 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-    tracing::info!("shutting down: finishing in-flight reconciles");
+    tracing::info!("shutting down: finishing in-flight reconciles and reviews");
 }

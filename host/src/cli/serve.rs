@@ -41,6 +41,7 @@ async fn plugins(State(c): State<Ctx>) -> Json<serde_json::Value> {
                 "name": p.name, "version": p.manifest.version, "sha256": p.sha256, "origin": p.origin,
                 "primary": p.manifest.primary.to_string(), "namespaces": p.manifest.namespaces,
                 "loadedAt": loaded, "size": p.compiled.size(),
+                "handlers": p.handlers.iter().map(|h| &h.name).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 use tokio::sync::broadcast;
-use wasmop_sdk::Manifest;
+use wasmop_sdk::{Handler, Manifest};
 
 /// One version of a plugin, as a source delivers it.
 #[derive(Clone, Debug)]
@@ -45,6 +45,8 @@ pub struct LoadedPlugin {
     pub settings: String,
     pub origin: String,
     pub manifest: Manifest,
+    /// Admission handlers, served at `/<name>/<handler>` (empty for reconcile-only plugins).
+    pub handlers: Vec<Handler>,
     pub permissions: Arc<Permissions>,
     pub compiled: Arc<Compiled>,
     pub limits: Limits,
@@ -74,6 +76,8 @@ pub enum LoadError {
     Runtime(#[from] RuntimeError),
     #[error("{0}")]
     Conflict(String),
+    #[error("admission handlers: {0}")]
+    Handlers(String),
 }
 
 impl LoadError {
@@ -81,6 +85,7 @@ impl LoadError {
         match self {
             LoadError::Runtime(e) => e.kind(),
             LoadError::Conflict(_) => "conflict",
+            LoadError::Handlers(_) => "handlers",
         }
     }
 }
@@ -132,6 +137,8 @@ impl Registry {
         }
         let compiled = self.compile(digest, &spec.bytes).await?;
         let manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
+        let handlers = self.runtime.handlers(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
+        check_handlers(&handlers)?;
         let mut permissions = Permissions::from_manifest(&manifest);
         if let Some(ns) = &spec.allowed_namespaces {
             permissions.restrict_namespaces(ns.iter().cloned());
@@ -142,6 +149,7 @@ impl Registry {
             settings: spec.settings,
             origin: spec.origin,
             manifest,
+            handlers,
             permissions: Arc::new(permissions),
             compiled,
             limits: spec.limits,
@@ -210,6 +218,29 @@ impl Registry {
         cache.insert(digest, Arc::downgrade(&compiled));
         Ok(compiled)
     }
+}
+
+/// Handler names become URL path segments and must be unique.
+fn check_handlers(handlers: &[Handler]) -> Result<(), LoadError> {
+    let mut seen = std::collections::HashSet::new();
+    for h in handlers {
+        let valid = !h.name.is_empty()
+            && h.name.len() <= 63
+            && h.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !valid {
+            return Err(LoadError::Handlers(format!(
+                "handler name {:?} must be 1-63 characters of a-z, 0-9 and '-'",
+                h.name
+            )));
+        }
+        if !seen.insert(&h.name) {
+            return Err(LoadError::Handlers(format!("handler name {:?} is declared twice", h.name)));
+        }
+        if h.kinds.is_empty() || h.operations.is_empty() {
+            return Err(LoadError::Handlers(format!("handler {:?} names no kinds or no operations", h.name)));
+        }
+    }
+    Ok(())
 }
 
 /// What a controller watches: changes here need new watches.

@@ -11,18 +11,20 @@
 //! fire), a memory cap, a cap on any payload the plugin hands the host, log, Event and
 //! output budgets, and a host-wide cap on concurrent instances.
 
+mod admission;
 mod bindings;
 mod convert;
 mod host;
 mod output;
 
-use bindings::Plugin as PluginBindings;
-use bindings::PluginPre;
+use bindings::WebhookPlugin as PluginBindings;
+use bindings::exports::wasmop::operator::admission::GuestIndices as AdmissionIndices;
+use bindings::exports::wasmop::operator::reconciler::GuestIndices as ReconcilerIndices;
 use host::HostState;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmop_sdk::{Action, Manifest, ObjectRef, ReconcileError};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder};
 
 use crate::gateway::Gateway;
@@ -149,7 +151,10 @@ impl Default for RuntimeConfig {
 /// A compiled plugin, ready to instantiate. Cheap to clone.
 #[derive(Clone)]
 pub struct Compiled {
-    pre: PluginPre<HostState>,
+    pre: InstancePre<HostState>,
+    reconciler: ReconcilerIndices,
+    /// None: the plugin was built for the `plugin` world and serves no webhooks.
+    admission: Option<AdmissionIndices>,
     size: usize,
 }
 
@@ -159,9 +164,14 @@ impl Compiled {
         self.size
     }
 
+    /// Whether the component exports the `admission` interface.
+    pub fn serves_admission(&self) -> bool {
+        self.admission.is_some()
+    }
+
     /// The names of the component's imports and exports, for `wasmop inspect`.
     pub fn interfaces(&self, engine: &Engine) -> (Vec<String>, Vec<String>) {
-        let ty = self.pre.instance_pre().component().component_type();
+        let ty = self.pre.component().component_type();
         (
             ty.imports(engine).map(|(n, _)| n.to_owned()).collect(),
             ty.exports(engine).map(|(n, _)| n.to_owned()).collect(),
@@ -229,8 +239,9 @@ impl Runtime {
         check_header(bytes)?;
         let component = self.component(bytes)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
-        let pre = PluginPre::new(pre).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
-        Ok(Compiled { pre, size: bytes.len() })
+        let reconciler = ReconcilerIndices::new(&pre).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
+        let admission = AdmissionIndices::new(&pre).ok();
+        Ok(Compiled { pre, reconciler, admission, size: bytes.len() })
     }
 
     /// Compiles, or loads the code compiled earlier from the cache directory.
@@ -276,7 +287,9 @@ impl Runtime {
         limits: &Limits,
     ) -> Result<Manifest, RuntimeError> {
         let r = self
-            .call(c, name, None, limits, async |p, s| p.wasmop_operator_reconciler().call_manifest(s, settings).await)
+            .call(c, name, None, limits, async |i, s| {
+                c.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await
+            })
             .await?;
         r.map(convert::manifest).map_err(RuntimeError::Manifest)
     }
@@ -299,8 +312,8 @@ impl Runtime {
         };
         let name = gateway.plugin().to_owned();
         let r = self
-            .call(c, &name, Some(gateway), limits, async |p, s| {
-                p.wasmop_operator_reconciler().call_reconcile(s, &req).await
+            .call(c, &name, Some(gateway), limits, async |i, s| {
+                c.reconciler.load(&mut *s, i)?.call_reconcile(s, &req).await
             })
             .await?;
         Ok(match r {
@@ -315,7 +328,7 @@ impl Runtime {
         name: &str,
         gateway: Option<Gateway>,
         limits: &Limits,
-        f: impl AsyncFnOnce(&PluginBindings, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, RuntimeError> {
         let _slot = self.slots.acquire().await.map_err(|_| RuntimeError::Closed)?;
         let plugin: Arc<str> = name.into();

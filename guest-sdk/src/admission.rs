@@ -1,0 +1,185 @@
+//! Admission webhooks in a plugin: the [`Webhooks`] trait and the AdmissionReview v1
+//! request and response, as the host hands them over.
+//!
+//! The host owns TLS, the AdmissionReview envelope, the uid and the JSONPatch: a
+//! mutating handler may simply return the whole mutated object ([`Response::mutate`])
+//! and the host diffs it against the incoming one.
+
+use crate::context::Context;
+use crate::types::KindRef;
+use serde::{Deserialize, Serialize};
+
+/// An operation a handler serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    #[default]
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+/// One admission handler: served at `/<plugin>/<name>` by the host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handler {
+    pub name: String,
+    /// True: mutating (runs first, may change the object); false: validating.
+    pub mutating: bool,
+    pub kinds: Vec<KindRef>,
+    pub operations: Vec<Operation>,
+}
+
+impl Handler {
+    pub fn mutating(name: &str, kind: KindRef, operations: &[Operation]) -> Self {
+        Handler { name: name.into(), mutating: true, kinds: vec![kind], operations: operations.to_vec() }
+    }
+
+    pub fn validating(name: &str, kind: KindRef, operations: &[Operation]) -> Self {
+        Handler { name: name.into(), mutating: false, kinds: vec![kind], operations: operations.to_vec() }
+    }
+}
+
+/// Group, version and kind as AdmissionReview spells them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupVersionKind {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+/// Who asked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// AdmissionReview v1 `request`, with the objects as JSON.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub kind: GroupVersionKind,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub operation: Operation,
+    #[serde(default)]
+    pub user_info: UserInfo,
+    /// The object as it would be stored (None on DELETE).
+    #[serde(default)]
+    pub object: Option<serde_json::Value>,
+    /// The stored object (UPDATE and DELETE).
+    #[serde(default)]
+    pub old_object: Option<serde_json::Value>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+impl Request {
+    /// `object` as `T`.
+    pub fn object_as<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, serde_json::Error> {
+        self.object.as_ref().map(T::deserialize).transpose()
+    }
+
+    pub fn old_object_as<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, serde_json::Error> {
+        self.old_object.as_ref().map(T::deserialize).transpose()
+    }
+}
+
+/// The status of a denial: what `kubectl` prints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// A handler's answer: AdmissionReview v1 `response` without `uid`, plus `object`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    pub allowed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// A base64 JSONPatch, when the plugin computes the patch itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// wasmop's extension: the whole mutated object; the host turns it into a JSONPatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<serde_json::Value>,
+}
+
+impl Response {
+    pub fn allow() -> Self {
+        Response { allowed: true, ..Default::default() }
+    }
+
+    /// A denial with HTTP code 403; `message` should name the field and the rule.
+    pub fn deny(message: impl Into<String>) -> Self {
+        Self::deny_with(403, "Forbidden", message)
+    }
+
+    /// A denial for an object that is malformed (HTTP 422, `Invalid`).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::deny_with(422, "Invalid", message)
+    }
+
+    fn deny_with(code: u16, reason: &str, message: impl Into<String>) -> Self {
+        Response {
+            allowed: false,
+            status: Some(Status { code: Some(code), message: message.into(), reason: reason.into() }),
+            ..Default::default()
+        }
+    }
+
+    /// Admits `object` as changed by the handler.
+    pub fn mutate(object: serde_json::Value) -> Self {
+        Response { allowed: true, object: Some(object), ..Default::default() }
+    }
+
+    pub fn with_warning(mut self, warning: impl Into<String>) -> Self {
+        self.warnings.push(warning.into());
+        self
+    }
+}
+
+/// Admission handlers: the optional second trait a plugin implements.
+///
+/// A review runs with the plugin's cluster permissions (to look up the objects a
+/// decision depends on) and under the host's admission deadline; it should read, not
+/// write. Whatever it returns, a trap or a timeout becomes a denial naming the plugin.
+pub trait Webhooks {
+    /// Handlers served for the given settings.
+    fn handlers(settings: &str) -> Vec<Handler>;
+
+    /// Answers one review for the handler named `handler`.
+    fn review(ctx: &Context<'_>, handler: &str, settings: &str, request: &Request) -> Response;
+}
+
+/// For plugins without webhooks.
+pub struct NoWebhooks;
+
+impl Webhooks for NoWebhooks {
+    fn handlers(_: &str) -> Vec<Handler> {
+        Vec::new()
+    }
+
+    fn review(_: &Context<'_>, handler: &str, _: &str, _: &Request) -> Response {
+        Response::deny(format!("this plugin serves no admission handler {handler:?}"))
+    }
+}

@@ -1,0 +1,61 @@
+//! The `admission` export: which handlers a plugin serves, and one review.
+
+use super::bindings::exports::wasmop::operator::admission as adm;
+use super::{Compiled, Limits, Runtime, RuntimeError, convert};
+use crate::gateway::Gateway;
+use wasmop_sdk::{Handler, Operation};
+
+impl Runtime {
+    /// The handlers a plugin serves under `settings`; empty when it exports no
+    /// `admission` interface. No cluster access during this call.
+    pub async fn handlers(
+        &self,
+        c: &Compiled,
+        name: &str,
+        settings: &str,
+        limits: &Limits,
+    ) -> Result<Vec<Handler>, RuntimeError> {
+        let Some(idx) = &c.admission else { return Ok(Vec::new()) };
+        let hs = self.call(c, name, None, limits, async |i, s| idx.load(&mut *s, i)?.call_handlers(s, settings).await).await?;
+        Ok(hs.into_iter().map(handler).collect())
+    }
+
+    /// Runs one review: `request` is the JSON of the AdmissionReview's `request`; the
+    /// inner result is the plugin's AdmissionResponse JSON or its own error text.
+    pub async fn review(
+        &self,
+        c: &Compiled,
+        gateway: Gateway,
+        handler: &str,
+        settings: &str,
+        request: &str,
+        limits: &Limits,
+    ) -> Result<Result<String, String>, RuntimeError> {
+        let Some(idx) = &c.admission else {
+            return Ok(Err("the plugin exports no admission interface".into()));
+        };
+        let name = gateway.plugin().to_owned();
+        self.call(c, &name, Some(gateway), limits, async |i, s| {
+            idx.load(&mut *s, i)?.call_review(s, handler, settings, request).await
+        })
+        .await
+    }
+}
+
+fn handler(h: adm::Handler) -> Handler {
+    Handler {
+        name: h.name,
+        mutating: h.mutating,
+        kinds: h.kinds.into_iter().map(convert::kind).collect(),
+        operations: h
+            .operations
+            .into_iter()
+            .map(|o| match o {
+                adm::Operation::Create => Operation::Create,
+                adm::Operation::Update => Operation::Update,
+                adm::Operation::Delete => Operation::Delete,
+                adm::Operation::Connect => Operation::Connect,
+            })
+            .collect(),
+    }
+}

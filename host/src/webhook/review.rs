@@ -1,0 +1,183 @@
+//! One AdmissionReview: find the plugin and handler, call it under the admission
+//! deadline, and turn its answer into an AdmissionReview v1 response.
+//!
+//! Guarantees: every well-formed review gets an answer before the deadline — a missing
+//! plugin or handler, a trap, a timeout or a malformed plugin answer all become a
+//! denial whose message names the plugin and the cause. Whether the apiserver then
+//! admits the object is the webhook configuration's `failurePolicy`, not ours.
+
+use crate::gateway::{Backend, Gateway};
+use crate::metrics::{METRICS, labels};
+use crate::registry::Registry;
+use base64::Engine as _;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmop_sdk::AdmissionResponse;
+
+/// Answers reviews for every loaded plugin's handlers.
+pub struct Reviewer {
+    pub registry: Arc<Registry>,
+    pub backend: Arc<dyn Backend>,
+    /// Why 8 s by default: the generated webhook configurations give the apiserver a
+    /// 10 s `timeoutSeconds`, and the host must deny clearly before the apiserver gives
+    /// up with a bare timeout.
+    pub deadline: Duration,
+}
+
+/// The outcome, for metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Allowed,
+    Denied,
+    Error,
+}
+
+impl Reviewer {
+    /// Answers `review` (an AdmissionReview v1) for `/<plugin>/<handler>`. Err: the body
+    /// is not an AdmissionReview (HTTP 400).
+    pub async fn review(&self, plugin: &str, handler: &str, review: &Value) -> Result<Value, String> {
+        let started = Instant::now();
+        let request = review.get("request").filter(|r| r.is_object()).ok_or("the body has no AdmissionReview request")?;
+        let uid = request.get("uid").and_then(Value::as_str).ok_or("the AdmissionReview request has no uid")?;
+        let (response, outcome) = self.answer(plugin, handler, request).await;
+        let result = match outcome {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::Error => "error",
+        };
+        let l = labels(&[("plugin", plugin), ("handler", handler)]);
+        METRICS.admission_seconds.get_or_create(&l).observe(started.elapsed().as_secs_f64());
+        let l = labels(&[("plugin", plugin), ("handler", handler), ("result", result)]);
+        METRICS.admission_reviews.get_or_create(&l).inc();
+        let mut response = response;
+        response["uid"] = json!(uid);
+        Ok(json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response }))
+    }
+
+    async fn answer(&self, plugin: &str, handler: &str, request: &Value) -> (Value, Outcome) {
+        let fail = |msg: String| {
+            tracing::warn!(plugin, handler, "admission denied by the host: {msg}");
+            (deny(500, "InternalError", &format!("wasmop: {msg}")), Outcome::Error)
+        };
+        let Some(loaded) = self.registry.get(plugin) else {
+            return fail(format!("plugin {plugin:?} is not loaded"));
+        };
+        let Some(h) = loaded.handlers.iter().find(|h| h.name == handler) else {
+            return fail(format!("plugin {plugin:?} serves no admission handler {handler:?}"));
+        };
+        let gateway = Gateway::new(plugin, loaded.permissions.clone(), self.backend.clone());
+        let limits = crate::runtime::Limits { deadline: self.deadline.min(loaded.limits.deadline), ..loaded.limits.clone() };
+        let text = request.to_string();
+        let rt = self.registry.runtime();
+        match rt.review(&loaded.compiled, gateway, handler, &loaded.settings, &text, &limits).await {
+            Err(e) => {
+                crate::metrics::METRICS
+                    .faults
+                    .get_or_create(&labels(&[("plugin", plugin), ("kind", e.kind())]))
+                    .inc();
+                fail(format!("plugin {plugin:?} failed in admission handler {handler:?}: {e}"))
+            }
+            Ok(Err(msg)) => fail(format!("plugin {plugin:?} handler {handler:?} returned an error: {msg}")),
+            Ok(Ok(answer)) => match finish(request, &answer, h.mutating) {
+                Ok(v) if v["allowed"] == json!(true) => (v, Outcome::Allowed),
+                Ok(v) => (v, Outcome::Denied),
+                Err(msg) => fail(format!("plugin {plugin:?} handler {handler:?}: {msg}")),
+            },
+        }
+    }
+}
+
+fn deny(code: u16, reason: &str, message: &str) -> Value {
+    json!({ "allowed": false, "status": { "code": code, "reason": reason, "message": message } })
+}
+
+/// Turns a plugin's answer into the AdmissionResponse (without uid): a returned
+/// `object` becomes a JSONPatch against the request's object; a validating handler
+/// cannot patch.
+pub fn finish(request: &Value, answer: &str, mutating: bool) -> Result<Value, String> {
+    let r: AdmissionResponse = serde_json::from_str(answer).map_err(|e| format!("malformed AdmissionResponse: {e}"))?;
+    let mut out = json!({ "allowed": r.allowed });
+    if let Some(s) = &r.status {
+        out["status"] = serde_json::to_value(s).map_err(|e| e.to_string())?;
+        if !r.allowed && s.code.is_none() {
+            out["status"]["code"] = json!(403);
+        }
+    } else if !r.allowed {
+        out["status"] = json!({ "code": 403, "message": "denied" });
+    }
+    if !r.warnings.is_empty() {
+        out["warnings"] = json!(r.warnings);
+    }
+    if !r.allowed {
+        return Ok(out);
+    }
+    let patch = match (&r.patch, &r.object) {
+        (Some(p), _) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(p)
+                .map_err(|e| format!("`patch` is not base64: {e}"))?;
+            serde_json::from_slice::<json_patch::Patch>(&bytes).map_err(|e| format!("`patch` is not a JSONPatch: {e}"))?;
+            Some(p.clone())
+        }
+        (None, Some(obj)) => {
+            let original = request.get("object").ok_or("returned an object for a request without one")?;
+            let patch = json_patch::diff(original, obj);
+            (!patch.0.is_empty())
+                .then(|| serde_json::to_vec(&patch).map(|b| base64::engine::general_purpose::STANDARD.encode(b)))
+                .transpose()
+                .map_err(|e| e.to_string())?
+        }
+        (None, None) => None,
+    };
+    if let Some(p) = patch {
+        if !mutating {
+            return Err("a validating handler returned a change; only mutating handlers may patch".into());
+        }
+        out["patch"] = json!(p);
+        out["patchType"] = json!("JSONPatch");
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn patch_of(v: &Value) -> Value {
+        let b = base64::engine::general_purpose::STANDARD.decode(v["patch"].as_str().unwrap()).unwrap();
+        serde_json::from_slice(&b).unwrap()
+    }
+
+    #[test]
+    fn mutated_object_becomes_a_json_patch() {
+        let req = json!({ "object": { "metadata": { "name": "p" }, "spec": { "containers": [{ "name": "app" }] } } });
+        let mut obj = req["object"].clone();
+        obj["metadata"]["annotations"] = json!({ "a": "b" });
+        let answer = serde_json::to_string(&AdmissionResponse::mutate(obj.clone())).unwrap();
+        let out = finish(&req, &answer, true).unwrap();
+        assert_eq!(out["patchType"], "JSONPatch");
+        let mut patched = req["object"].clone();
+        json_patch::patch(&mut patched, &serde_json::from_value::<json_patch::Patch>(patch_of(&out)).unwrap()).unwrap();
+        assert_eq!(patched, obj);
+    }
+
+    #[test]
+    fn unchanged_object_means_no_patch_and_validators_cannot_patch() {
+        let req = json!({ "object": { "a": 1 } });
+        let same = serde_json::to_string(&AdmissionResponse::mutate(json!({ "a": 1 }))).unwrap();
+        assert!(finish(&req, &same, true).unwrap().get("patch").is_none());
+        let changed = serde_json::to_string(&AdmissionResponse::mutate(json!({ "a": 2 }))).unwrap();
+        assert!(finish(&req, &changed, false).unwrap_err().contains("validating handler"));
+    }
+
+    #[test]
+    fn denials_keep_the_message_and_get_a_code() {
+        let answer = serde_json::to_string(&AdmissionResponse::deny("spec.selector: required")).unwrap();
+        let out = finish(&json!({}), &answer, false).unwrap();
+        assert_eq!(out["allowed"], false);
+        assert_eq!(out["status"]["message"], "spec.selector: required");
+        assert_eq!(out["status"]["code"], 403);
+        assert!(finish(&json!({}), "{not json", true).unwrap_err().contains("malformed"));
+    }
+}
