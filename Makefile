@@ -13,7 +13,7 @@ CLUSTER_STATE ?= $(ROOT)/target/cluster
 # The e2e tests get a control plane of their own, so a running demo never interferes.
 E2E_STATE ?= $(ROOT)/target/cluster-e2e
 CARGO_COMPONENT_VERSION := 0.21.1
-PLUGINS := memcached
+PLUGINS := memcached sidecarset
 TEST_PLUGINS := probe
 
 .PHONY: all setup tools build plugins host cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean

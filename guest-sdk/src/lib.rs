@@ -89,7 +89,7 @@ macro_rules! export_plugin {
                     $crate::guest::review::<$wh>(&handler, &settings, &request)
                 }
             }
-            $crate::guest::export!(__WasmopExport with_types_in $crate::guest);
+    $crate::guest::export!(__WasmopExport with_types_in $crate::guest);
         };
     };
 }

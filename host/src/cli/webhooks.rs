@@ -40,9 +40,7 @@ pub struct WebhookArgs {
 }
 
 fn split(s: &str) -> anyhow::Result<(String, String)> {
-    s.split_once('/')
-        .map(|(a, b)| (a.to_owned(), b.to_owned()))
-        .with_context(|| format!("{s:?} is not NAMESPACE/NAME"))
+    s.split_once('/').map(|(a, b)| (a.to_owned(), b.to_owned())).with_context(|| format!("{s:?} is not NAMESPACE/NAME"))
 }
 
 /// Starts the webhook server when `--webhooks` is set; it stops accepting when `stop`
@@ -65,11 +63,8 @@ pub async fn start(
         },
     };
     let tls = Tls::load(&source, Some(client.clone())).await?;
-    let reviewer = Arc::new(Reviewer {
-        registry,
-        backend,
-        deadline: Duration::from_secs(args.admission_deadline_seconds),
-    });
+    let reviewer =
+        Arc::new(Reviewer { registry, backend, deadline: Duration::from_secs(args.admission_deadline_seconds) });
     let (addr, task) = wasmop::webhook::serve(args.webhook_bind_address, &tls, reviewer, stop).await?;
     tracing::info!(%addr, "serving admission webhooks");
     match (&tls.ca_pem, args.webhook_configurations.is_empty()) {

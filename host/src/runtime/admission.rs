@@ -16,7 +16,9 @@ impl Runtime {
         limits: &Limits,
     ) -> Result<Vec<Handler>, RuntimeError> {
         let Some(idx) = &c.admission else { return Ok(Vec::new()) };
-        let hs = self.call(c, name, None, limits, async |i, s| idx.load(&mut *s, i)?.call_handlers(s, settings).await).await?;
+        let hs = self
+            .call(c, name, None, limits, async |i, s| idx.load(&mut *s, i)?.call_handlers(s, settings).await)
+            .await?;
         Ok(hs.into_iter().map(handler).collect())
     }
 

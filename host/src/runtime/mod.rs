@@ -287,9 +287,7 @@ impl Runtime {
         limits: &Limits,
     ) -> Result<Manifest, RuntimeError> {
         let r = self
-            .call(c, name, None, limits, async |i, s| {
-                c.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await
-            })
+            .call(c, name, None, limits, async |i, s| c.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await)
             .await?;
         r.map(convert::manifest).map_err(RuntimeError::Manifest)
     }

@@ -7,8 +7,8 @@
 //! configuration that does not exist yet is simply waited for.
 
 use futures::StreamExt;
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 

@@ -10,7 +10,11 @@ use wasmop_sdk::{Handler, KindRef, Operation};
 pub enum Endpoint {
     /// `https://127.0.0.1:9443`: a host outside the cluster.
     Url(String),
-    Service { namespace: String, name: String, port: u16 },
+    Service {
+        namespace: String,
+        name: String,
+        port: u16,
+    },
 }
 
 /// What every generated webhook shares.

@@ -38,7 +38,8 @@ impl Reviewer {
     /// is not an AdmissionReview (HTTP 400).
     pub async fn review(&self, plugin: &str, handler: &str, review: &Value) -> Result<Value, String> {
         let started = Instant::now();
-        let request = review.get("request").filter(|r| r.is_object()).ok_or("the body has no AdmissionReview request")?;
+        let request =
+            review.get("request").filter(|r| r.is_object()).ok_or("the body has no AdmissionReview request")?;
         let uid = request.get("uid").and_then(Value::as_str).ok_or("the AdmissionReview request has no uid")?;
         let (response, outcome) = self.answer(plugin, handler, request).await;
         let result = match outcome {
@@ -67,15 +68,13 @@ impl Reviewer {
             return fail(format!("plugin {plugin:?} serves no admission handler {handler:?}"));
         };
         let gateway = Gateway::new(plugin, loaded.permissions.clone(), self.backend.clone());
-        let limits = crate::runtime::Limits { deadline: self.deadline.min(loaded.limits.deadline), ..loaded.limits.clone() };
+        let limits =
+            crate::runtime::Limits { deadline: self.deadline.min(loaded.limits.deadline), ..loaded.limits.clone() };
         let text = request.to_string();
         let rt = self.registry.runtime();
         match rt.review(&loaded.compiled, gateway, handler, &loaded.settings, &text, &limits).await {
             Err(e) => {
-                crate::metrics::METRICS
-                    .faults
-                    .get_or_create(&labels(&[("plugin", plugin), ("kind", e.kind())]))
-                    .inc();
+                crate::metrics::METRICS.faults.get_or_create(&labels(&[("plugin", plugin), ("kind", e.kind())])).inc();
                 fail(format!("plugin {plugin:?} failed in admission handler {handler:?}: {e}"))
             }
             Ok(Err(msg)) => fail(format!("plugin {plugin:?} handler {handler:?} returned an error: {msg}")),
@@ -117,7 +116,8 @@ pub fn finish(request: &Value, answer: &str, mutating: bool) -> Result<Value, St
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(p)
                 .map_err(|e| format!("`patch` is not base64: {e}"))?;
-            serde_json::from_slice::<json_patch::Patch>(&bytes).map_err(|e| format!("`patch` is not a JSONPatch: {e}"))?;
+            serde_json::from_slice::<json_patch::Patch>(&bytes)
+                .map_err(|e| format!("`patch` is not a JSONPatch: {e}"))?;
             Some(p.clone())
         }
         (None, Some(obj)) => {

@@ -1,0 +1,170 @@
+//! The controller: SidecarSet status counts, and in-place rolling update of sidecar
+//! images.
+//!
+//! A Pod counts as *matched* when it carries this SidecarSet's sidecars (its hash
+//! annotation names the SidecarSet), *updated* when that hash is the current one, and
+//! *ready* when Running with condition Ready. While updating, a Pod whose sidecar
+//! images in `status.containerStatuses` differ from its spec is still restarting and
+//! counts against `maxUnavailable`, like a Pod that is not Ready.
+
+use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, current_hashes};
+use crate::inject::{pod_hash, set_pod_hash};
+use crate::scope;
+use crate::types::{SidecarSet, SidecarSetStatus};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use wasmop_sdk::{
+    Action, ClusterExt, Context, KindRef, ListParams, Manifest, Mapping, ObjectRef, ReconcileError, Reconciler,
+    Request, Verb,
+};
+
+pub struct SidecarSetController;
+
+impl Reconciler for SidecarSetController {
+    fn manifest(_settings: &str) -> Result<Manifest, String> {
+        Ok(Manifest::new::<SidecarSet>("sidecarset", env!("CARGO_PKG_VERSION"))
+            .cluster_scoped()
+            .watches::<Pod>(Mapping::AllPrimaries)
+            .allow::<SidecarSet>(&[Verb::UpdateStatus])
+            .allow::<Pod>(&[Verb::Update])
+            .allow::<Namespace>(&[Verb::Get, Verb::List]))
+    }
+
+    fn reconcile(ctx: &Context<'_>, req: &Request) -> Result<Action, ReconcileError> {
+        let Some(ss) = req.current_as::<SidecarSet>()? else { return Ok(Action::done()) };
+        let name = ss.metadata.name.clone().unwrap_or_default();
+        let Some(selector) = ss.spec.selector.as_ref().filter(|s| !scope::is_empty(s)) else {
+            return Err(ReconcileError::permanent("spec.selector is empty; nothing is selected"));
+        };
+        let mut params = ListParams { label_selector: Some(scope::to_query(selector)), ..Default::default() };
+        params.namespace = ss.spec.namespace.clone();
+        let pods = ctx.list(&KindRef::new("v1", "Pod"), &params)?;
+        let ns_labels: BTreeMap<String, BTreeMap<String, String>> = if ss.spec.namespace_selector.is_some() {
+            ctx.list_of::<Namespace>(&ListParams::default())?
+                .into_iter()
+                .map(|n| (n.metadata.name.unwrap_or_default(), n.metadata.labels.unwrap_or_default()))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let empty = BTreeMap::new();
+        let (hash, hash_wo) = current_hashes(&ss);
+        let matched: Vec<&Value> = pods
+            .iter()
+            .filter(|p| {
+                let ns = p["metadata"]["namespace"].as_str().unwrap_or("");
+                let labels: BTreeMap<String, String> =
+                    serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
+                scope::selects(&ss.spec, ns, ns_labels.get(ns).unwrap_or(&empty), &labels)
+                    && pod_hash(p, HASH, &name).is_some()
+                    && p["metadata"]["deletionTimestamp"].is_null()
+            })
+            .collect();
+        let updated = |p: &Value| pod_hash(p, HASH, &name).as_deref() == Some(hash.as_str());
+        let status = SidecarSetStatus {
+            observed_generation: ss.metadata.generation,
+            matched_pods: matched.len() as i32,
+            updated_pods: matched.iter().filter(|p| updated(p)).count() as i32,
+            ready_pods: matched.iter().filter(|p| ready(p)).count() as i32,
+            updated_ready_pods: matched.iter().filter(|p| updated(p) && ready(p)).count() as i32,
+        };
+        if ss.status.as_ref() != Some(&status) {
+            let mut next = ss.clone();
+            next.status = Some(status);
+            ctx.update_status_obj(&next)?;
+        }
+
+        let s = &ss.spec.update_strategy;
+        if s.type_.as_deref() == Some(NOT_UPDATE) || s.paused {
+            return Ok(Action::done());
+        }
+        let total = matched.len() as i32;
+        let keep_old = scaled(s.partition.as_ref(), total, 0);
+        let max_unavailable = scaled(s.max_unavailable.as_ref(), total, 1).max(1);
+        let unavailable = matched.iter().filter(|p| !ready(p) || restarting(p, &ss)).count() as i32;
+        let already_new = matched.iter().filter(|p| updated(p)).count() as i32;
+        let mut partition_left = total - keep_old - already_new;
+        let mut availability_left = max_unavailable - unavailable;
+        let mut candidates: Vec<&&Value> = matched
+            .iter()
+            .filter(|p| !updated(p) && pod_hash(p, HASH_WITHOUT_IMAGE, &name).as_deref() == Some(hash_wo.as_str()))
+            .filter(|p| {
+                let labels: BTreeMap<String, String> =
+                    serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
+                s.selector.as_ref().is_none_or(|sel| scope::matches(sel, &labels))
+            })
+            .collect();
+        // Not-ready Pods first: updating them costs no availability. Then by name, so
+        // the order is stable across reconciles.
+        candidates
+            .sort_by_key(|p| (ready(p), p["metadata"]["namespace"].to_string(), p["metadata"]["name"].to_string()));
+        for p in candidates {
+            if partition_left <= 0 {
+                break;
+            }
+            if ready(p) {
+                if availability_left <= 0 {
+                    continue;
+                }
+                availability_left -= 1;
+            }
+            let mut pod = (*p).clone();
+            set_images(&mut pod, &ss);
+            set_pod_hash(&mut pod, HASH, &name, &hash);
+            ctx.update(&pod)?;
+            let who = ObjectRef::of_json(&pod).unwrap_or_else(|| req.object.clone());
+            ctx.event(
+                &req.object,
+                "SidecarUpdated",
+                &format!("updated sidecar images of Pod {}/{}", who.namespace.unwrap_or_default(), who.name),
+            );
+            partition_left -= 1;
+        }
+        Ok(Action::done())
+    }
+}
+
+/// An int, or a percentage of `total` rounded up (as Kubernetes does for maxUnavailable).
+fn scaled(v: Option<&IntOrString>, total: i32, default: i32) -> i32 {
+    match v {
+        None => default,
+        Some(IntOrString::Int(i)) => *i,
+        Some(IntOrString::String(s)) => {
+            let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(0);
+            (total * pct + 99) / 100
+        }
+    }
+}
+
+fn ready(p: &Value) -> bool {
+    p["status"]["phase"] == "Running"
+        && p["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// A sidecar whose running image (status) differs from its spec: restarting in place.
+fn restarting(p: &Value, ss: &SidecarSet) -> bool {
+    let statuses = p["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
+    ss.spec.containers.iter().any(|sc| {
+        let spec = p["spec"]["containers"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["name"] == sc.container.name.as_str()));
+        let status = statuses.iter().find(|c| c["name"] == sc.container.name.as_str());
+        match (spec, status) {
+            (Some(a), Some(b)) => a["image"] != b["image"],
+            _ => false,
+        }
+    })
+}
+
+/// Sets the images of this SidecarSet's containers in the Pod's spec.
+fn set_images(pod: &mut Value, ss: &SidecarSet) {
+    for c in pod["spec"]["containers"].as_array_mut().into_iter().flatten() {
+        if let Some(sc) = ss.spec.containers.iter().find(|sc| c["name"] == sc.container.name.as_str()) {
+            c["image"] = serde_json::json!(sc.container.image);
+        }
+    }
+}

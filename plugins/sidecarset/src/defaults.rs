@@ -1,0 +1,121 @@
+//! Defaulting and the version hashes, as OpenKruise does them.
+
+use crate::types::{SidecarContainer, SidecarSet, SidecarSetSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sha2::{Digest, Sha256};
+
+pub const HASH: &str = "kruise.io/sidecarset-hash";
+pub const HASH_WITHOUT_IMAGE: &str = "kruise.io/sidecarset-hash-without-image";
+pub const INJECTED_LIST: &str = "kruise.io/sidecarset-injected-list";
+
+pub const BEFORE_APP: &str = "BeforeAppContainer";
+pub const AFTER_APP: &str = "AfterAppContainer";
+pub const ROLLING_UPDATE: &str = "RollingUpdate";
+pub const NOT_UPDATE: &str = "NotUpdate";
+
+/// Fills every default in place (idempotent).
+pub fn default(ss: &mut SidecarSet) {
+    let spec = &mut ss.spec;
+    let u = &mut spec.update_strategy;
+    let ty = u.type_.get_or_insert_with(|| ROLLING_UPDATE.into());
+    if ty == ROLLING_UPDATE {
+        u.max_unavailable.get_or_insert(IntOrString::Int(1));
+        u.partition.get_or_insert(IntOrString::Int(0));
+    }
+    for c in &mut spec.containers {
+        default_container(c, BEFORE_APP);
+    }
+    for c in &mut spec.init_containers {
+        default_container(c, AFTER_APP);
+    }
+    let (h, w) = hashes(spec);
+    let a = ss.metadata.annotations.get_or_insert_with(Default::default);
+    a.insert(HASH.into(), h);
+    a.insert(HASH_WITHOUT_IMAGE.into(), w);
+}
+
+fn default_container(c: &mut SidecarContainer, policy: &str) {
+    c.pod_inject_policy.get_or_insert_with(|| policy.into());
+    let share = c.share_volume_policy.get_or_insert_with(Default::default);
+    share.type_.get_or_insert_with(|| "disabled".into());
+    let k = &mut c.container;
+    // The kubelet's defaults for a Container, so the stored SidecarSet shows what Pods get.
+    if k.image_pull_policy.is_none() {
+        let image = k.image.as_deref().unwrap_or("");
+        let tag = image.rsplit('/').next().unwrap_or("").split_once(':').map(|(_, t)| t);
+        let latest = !image.contains('@') && matches!(tag, None | Some("latest"));
+        k.image_pull_policy = Some(if latest { "Always" } else { "IfNotPresent" }.into());
+    }
+    k.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
+    k.termination_message_policy.get_or_insert_with(|| "File".into());
+    for p in k.ports.iter_mut().flatten() {
+        p.protocol.get_or_insert_with(|| "TCP".into());
+    }
+}
+
+fn sha(v: &serde_json::Value) -> String {
+    // serde_json sorts object keys (no preserve_order), so equal specs hash equally.
+    hex(&Sha256::digest(v.to_string().as_bytes()))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// (hash of the containers, hash of the containers with images blanked): equal
+/// "without image" hashes mean only images changed, so Pods can be updated in place.
+pub fn hashes(spec: &SidecarSetSpec) -> (String, String) {
+    let all: Vec<&SidecarContainer> = spec.init_containers.iter().chain(&spec.containers).collect();
+    let with = serde_json::to_value(&all).unwrap_or_default();
+    let mut without = with.clone();
+    for c in without.as_array_mut().into_iter().flatten() {
+        c["image"] = serde_json::Value::Null;
+    }
+    (sha(&with), sha(&without))
+}
+
+/// The SidecarSet's current hashes: from its annotations (written by the defaulting
+/// webhook), or computed when they are missing.
+pub fn current_hashes(ss: &SidecarSet) -> (String, String) {
+    let a = ss.metadata.annotations.as_ref();
+    match (a.and_then(|a| a.get(HASH)), a.and_then(|a| a.get(HASH_WITHOUT_IMAGE))) {
+        (Some(h), Some(w)) => (h.clone(), w.clone()),
+        _ => hashes(&ss.spec),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_hashes() {
+        let mut ss: SidecarSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}},
+                     "containers": [{"name": "log", "image": "busybox:1.36"}],
+                     "initContainers": [{"name": "init", "image": "busybox"}]}
+        }))
+        .unwrap();
+        default(&mut ss);
+        let c = &ss.spec.containers[0];
+        assert_eq!(c.pod_inject_policy.as_deref(), Some(BEFORE_APP));
+        assert_eq!(c.container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(ss.spec.init_containers[0].pod_inject_policy.as_deref(), Some(AFTER_APP));
+        assert_eq!(ss.spec.init_containers[0].container.image_pull_policy.as_deref(), Some("Always"));
+        assert_eq!(ss.spec.update_strategy.max_unavailable, Some(IntOrString::Int(1)));
+        let (h1, w1) = current_hashes(&ss);
+        ss.spec.containers[0].container.image = Some("busybox:1.37".into());
+        let (h2, w2) = hashes(&ss.spec);
+        assert_ne!(h1, h2);
+        assert_eq!(w1, w2, "only the image changed");
+        let before = ss.clone();
+        default(&mut ss);
+        default(&mut ss);
+        assert_eq!(ss.spec, {
+            let mut b = before;
+            default(&mut b);
+            b.spec
+        });
+    }
+}

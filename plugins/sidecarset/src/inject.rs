@@ -1,0 +1,169 @@
+//! Sidecar injection into a new Pod.
+//!
+//! Works on the Pod's JSON rather than a typed Pod: fields this plugin does not know
+//! (a newer Kubernetes) survive untouched, so the JSONPatch holds only the injection.
+
+use crate::defaults::{AFTER_APP, HASH, HASH_WITHOUT_IMAGE, INJECTED_LIST, current_hashes};
+use crate::types::{SidecarContainer, SidecarSet};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+fn names(list: &[Value]) -> Vec<String> {
+    list.iter().filter_map(|c| c["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// The sidecar as it goes into the Pod: IS_INJECTED, transferred env, shared mounts.
+fn sidecar(sc: &SidecarContainer, app: &[Value]) -> Value {
+    let mut c = serde_json::to_value(&sc.container).unwrap_or_default();
+    let env = c["env"].as_array().cloned().unwrap_or_default();
+    let mut env: Vec<Value> = env.into_iter().filter(|e| e["name"] != "IS_INJECTED").collect();
+    env.push(json!({"name": "IS_INJECTED", "value": "true"}));
+    for t in &sc.transfer_env {
+        let Some(src) = t.source_container_name.as_deref() else { continue };
+        let Some(from) = app.iter().find(|c| c["name"] == src) else { continue };
+        let wanted: Vec<&str> =
+            t.env_name.iter().map(String::as_str).chain(t.env_names.iter().map(String::as_str)).collect();
+        for e in from["env"].as_array().into_iter().flatten() {
+            let n = e["name"].as_str().unwrap_or("");
+            if wanted.contains(&n) && !env.iter().any(|x| x["name"] == n) {
+                env.push(e.clone());
+            }
+        }
+    }
+    c["env"] = Value::Array(env);
+    let shared = sc.share_volume_policy.as_ref().and_then(|p| p.type_.as_deref()) == Some("enabled");
+    if shared {
+        let mut mounts = c["volumeMounts"].as_array().cloned().unwrap_or_default();
+        for m in app.iter().flat_map(|a| a["volumeMounts"].as_array().cloned().unwrap_or_default()) {
+            let clash = mounts.iter().any(|x| x["name"] == m["name"] || x["mountPath"] == m["mountPath"]);
+            if !clash {
+                mounts.push(m);
+            }
+        }
+        c["volumeMounts"] = Value::Array(mounts);
+    }
+    c
+}
+
+/// Puts `sidecars` around `app` (replacing same-named app containers).
+fn place(app: Vec<Value>, sidecars: &[(&SidecarContainer, Value)]) -> Vec<Value> {
+    let ours: Vec<&str> = sidecars.iter().filter_map(|(_, v)| v["name"].as_str()).collect();
+    let app: Vec<Value> = app.into_iter().filter(|c| !ours.contains(&c["name"].as_str().unwrap_or(""))).collect();
+    let (after, before): (Vec<_>, Vec<_>) =
+        sidecars.iter().partition(|(sc, _)| sc.pod_inject_policy.as_deref() == Some(AFTER_APP));
+    before.into_iter().map(|(_, v)| v.clone()).chain(app).chain(after.into_iter().map(|(_, v)| v.clone())).collect()
+}
+
+fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
+    pod["metadata"]["annotations"][key].as_str().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default()
+}
+
+/// Injects every SidecarSet in `sets` (the ones that select this Pod, not paused, in
+/// name order) into `pod`. Returns false when nothing was to be injected.
+pub fn inject(pod: &mut Value, sets: &[SidecarSet]) -> bool {
+    if sets.is_empty() {
+        return false;
+    }
+    let app = pod["spec"]["containers"].as_array().cloned().unwrap_or_default();
+    let mut containers = app.clone();
+    let mut inits = pod["spec"]["initContainers"].as_array().cloned().unwrap_or_default();
+    let mut volumes = pod["spec"]["volumes"].as_array().cloned().unwrap_or_default();
+    let mut secrets = pod["spec"]["imagePullSecrets"].as_array().cloned().unwrap_or_default();
+    let mut hash = annotation_map(pod, HASH);
+    let mut hash_wo = annotation_map(pod, HASH_WITHOUT_IMAGE);
+    let mut injected: Vec<String> = pod["metadata"]["annotations"][INJECTED_LIST]
+        .as_str()
+        .map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let mut annotations: BTreeMap<String, Value> = pod["metadata"]["annotations"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+
+    for ss in sets {
+        let name = ss.metadata.name.clone().unwrap_or_default();
+        let cs: Vec<(&SidecarContainer, Value)> = ss.spec.containers.iter().map(|c| (c, sidecar(c, &app))).collect();
+        let is: Vec<(&SidecarContainer, Value)> =
+            ss.spec.init_containers.iter().map(|c| (c, sidecar(c, &app))).collect();
+        containers = place(containers, &cs);
+        inits = place(inits, &is);
+        let mounted: Vec<String> = cs
+            .iter()
+            .chain(&is)
+            .flat_map(|(_, v)| v["volumeMounts"].as_array().cloned().unwrap_or_default())
+            .filter_map(|m| m["name"].as_str().map(str::to_owned))
+            .collect();
+        for v in &ss.spec.volumes {
+            let taken = volumes.iter().any(|x| x["name"] == v.name.as_str());
+            if mounted.contains(&v.name) && !taken {
+                volumes.push(serde_json::to_value(v).unwrap_or_default());
+            }
+        }
+        for s in &ss.spec.image_pull_secrets {
+            let v = serde_json::to_value(s).unwrap_or_default();
+            if !secrets.contains(&v) {
+                secrets.push(v);
+            }
+        }
+        for p in &ss.spec.patch_pod_metadata {
+            for (k, v) in &p.annotations {
+                match p.patch_policy.as_deref().unwrap_or("Retain") {
+                    "Overwrite" => {
+                        annotations.insert(k.clone(), json!(v));
+                    }
+                    "MergePatchJson" => {
+                        let mut base: Value = annotations
+                            .get(k)
+                            .and_then(|s| s.as_str())
+                            .and_then(|s| serde_json::from_str(s).ok())
+                            .unwrap_or_else(|| json!({}));
+                        if let (Some(b), Ok(Value::Object(add))) = (base.as_object_mut(), serde_json::from_str(v)) {
+                            b.extend(add);
+                        }
+                        annotations.insert(k.clone(), json!(base.to_string()));
+                    }
+                    _ => {
+                        annotations.entry(k.clone()).or_insert_with(|| json!(v));
+                    }
+                }
+            }
+        }
+        let (h, w) = current_hashes(ss);
+        let list = names(&cs.iter().chain(&is).map(|(_, v)| v.clone()).collect::<Vec<_>>());
+        hash.insert(name.clone(), json!({"hash": h, "sidecarSetName": name, "sidecarList": list}));
+        hash_wo.insert(name.clone(), json!({"hash": w, "sidecarSetName": name, "sidecarList": list}));
+        if !injected.contains(&name) {
+            injected.push(name);
+        }
+    }
+    annotations.insert(HASH.into(), json!(serde_json::to_string(&hash).unwrap_or_default()));
+    annotations.insert(HASH_WITHOUT_IMAGE.into(), json!(serde_json::to_string(&hash_wo).unwrap_or_default()));
+    annotations.insert(INJECTED_LIST.into(), json!(injected.join(",")));
+
+    pod["metadata"]["annotations"] = json!(annotations);
+    pod["spec"]["containers"] = Value::Array(containers);
+    if !inits.is_empty() {
+        pod["spec"]["initContainers"] = Value::Array(inits);
+    }
+    if !volumes.is_empty() {
+        pod["spec"]["volumes"] = Value::Array(volumes);
+    }
+    if !secrets.is_empty() {
+        pod["spec"]["imagePullSecrets"] = Value::Array(secrets);
+    }
+    true
+}
+
+/// The hash this Pod carries for SidecarSet `name` (from `key`, HASH or HASH_WITHOUT_IMAGE).
+pub fn pod_hash(pod: &Value, key: &str, name: &str) -> Option<String> {
+    annotation_map(pod, key).get(name).and_then(|e| e["hash"].as_str()).map(str::to_owned)
+}
+
+/// Sets the hash this Pod carries for SidecarSet `name`.
+pub fn set_pod_hash(pod: &mut Value, key: &str, name: &str, hash: &str) {
+    let mut m = annotation_map(pod, key);
+    if let Some(e) = m.get_mut(name) {
+        e["hash"] = json!(hash);
+    }
+    pod["metadata"]["annotations"][key] = json!(serde_json::to_string(&m).unwrap_or_default());
+}

@@ -1,0 +1,156 @@
+//! The SidecarSet API, `apps.kruise.io/v1alpha1`, with OpenKruise's field names so
+//! existing SidecarSet YAML applies unchanged. The CRD in `deploy/crds/` is generated
+//! from these types (see the `crd_is_up_to_date` test).
+//!
+//! Enumerations are strings here, as in Kruise's CRD: the validating webhook rejects
+//! bad values with a message naming the field, instead of a bare schema error.
+
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Sidecar containers injected into the Pods it selects, and kept up to date.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "apps.kruise.io",
+    version = "v1alpha1",
+    kind = "SidecarSet",
+    status = "SidecarSetStatus",
+    printcolumn = r#"{"name":"MATCHED","type":"integer","jsonPath":".status.matchedPods","description":"Pods that carry this SidecarSet's sidecars"}"#,
+    printcolumn = r#"{"name":"UPDATED","type":"integer","jsonPath":".status.updatedPods","description":"Matched Pods at the current sidecar version"}"#,
+    printcolumn = r#"{"name":"READY","type":"integer","jsonPath":".status.readyPods","description":"Matched Pods that are Running and Ready"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetSpec {
+    /// Pods to inject into (required, non-empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Only Pods in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Only Pods in namespaces with these labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_containers: Vec<SidecarContainer>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<SidecarContainer>,
+    /// Volumes the sidecars mount; only the referenced ones are added to a Pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "preserve_list")]
+    pub volumes: Vec<Volume>,
+    #[serde(default)]
+    pub update_strategy: SidecarSetUpdateStrategy,
+    #[serde(default)]
+    pub injection_strategy: SidecarSetInjectionStrategy,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patch_pod_metadata: Vec<SidecarSetPatchPodMetadata>,
+}
+
+/// A core Container plus how to inject it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarContainer {
+    #[serde(flatten)]
+    pub container: Container,
+    /// BeforeAppContainer or AfterAppContainer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_inject_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_volume_policy: Option<ShareVolumePolicy>,
+    /// Environment variables copied from the Pod's own containers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transfer_env: Vec<TransferEnvVar>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShareVolumePolicy {
+    /// enabled: the sidecar also mounts every volume the app containers mount.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferEnvVar {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_container_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_names: Vec<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetUpdateStrategy {
+    /// RollingUpdate (default) or NotUpdate.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// Only Pods also matching this selector are updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Matched Pods (count or percentage) kept at the old sidecar version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<IntOrString>,
+    /// Matched Pods (count or percentage) that may be unavailable during the update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetInjectionStrategy {
+    /// True: new Pods are not injected.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetPatchPodMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Retain (default: keep the Pod's value), Overwrite, or MergePatchJson.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_policy: Option<String>,
+}
+
+/// Observed state.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Pods that carry this SidecarSet's sidecars.
+    #[serde(default)]
+    pub matched_pods: i32,
+    /// Matched Pods whose sidecars are at the current version.
+    #[serde(default)]
+    pub updated_pods: i32,
+    /// Matched Pods that are Running and Ready.
+    #[serde(default)]
+    pub ready_pods: i32,
+    /// Matched Pods both updated and ready.
+    #[serde(default)]
+    pub updated_ready_pods: i32,
+}
+
+/// Volumes are passed through as the core API defines them; the apiserver validates
+/// them when they reach a Pod. Keeps the CRD small.
+fn preserve_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true }
+    })
+}

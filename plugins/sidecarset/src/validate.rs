@@ -1,0 +1,127 @@
+//! The validating webhook's rules. Every message names the field and the rule.
+
+use crate::defaults::{AFTER_APP, BEFORE_APP, NOT_UPDATE, ROLLING_UPDATE};
+use crate::scope;
+use crate::types::{SidecarContainer, SidecarSet};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeSet;
+
+fn dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn int_or_percent(field: &str, v: &Option<IntOrString>, errs: &mut Vec<String>) {
+    match v {
+        Some(IntOrString::Int(i)) if *i < 0 => errs.push(format!("{field}: must be a non-negative integer, got {i}")),
+        Some(IntOrString::String(s)) => {
+            let ok = s.strip_suffix('%').and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n <= 100);
+            if !ok {
+                errs.push(format!("{field}: must be a non-negative integer or a percentage like \"10%\", got {s:?}"));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn one_of(field: &str, v: Option<&str>, allowed: &[&str], errs: &mut Vec<String>) {
+    if let Some(v) = v
+        && !allowed.contains(&v)
+    {
+        errs.push(format!("{field}: unsupported value {v:?}, must be one of {}", allowed.join(", ")));
+    }
+}
+
+fn containers(
+    path: &str,
+    list: &[SidecarContainer],
+    volumes: &BTreeSet<&str>,
+    seen: &mut BTreeSet<String>,
+    errs: &mut Vec<String>,
+) {
+    for (i, c) in list.iter().enumerate() {
+        let f = format!("spec.{path}[{i}]");
+        let name = &c.container.name;
+        if !dns1123_label(name) {
+            errs.push(format!("{f}.name: {name:?} must be a DNS-1123 label (a-z, 0-9, '-', at most 63 characters)"));
+        } else if !seen.insert(name.clone()) {
+            errs.push(format!("{f}.name: {name:?} is used by another container of this SidecarSet"));
+        }
+        if c.container.image.as_deref().unwrap_or("").trim().is_empty() {
+            errs.push(format!("{f}.image: required"));
+        }
+        one_of(&format!("{f}.podInjectPolicy"), c.pod_inject_policy.as_deref(), &[BEFORE_APP, AFTER_APP], errs);
+        let share = c.share_volume_policy.as_ref().and_then(|s| s.type_.as_deref());
+        one_of(&format!("{f}.shareVolumePolicy.type"), share, &["enabled", "disabled"], errs);
+        for (j, m) in c.container.volume_mounts.iter().flatten().enumerate() {
+            if !volumes.contains(m.name.as_str()) {
+                errs.push(format!("{f}.volumeMounts[{j}].name: volume {:?} is not declared in spec.volumes", m.name));
+            }
+        }
+    }
+}
+
+fn names(ss: &SidecarSet) -> BTreeSet<&str> {
+    ss.spec.init_containers.iter().chain(&ss.spec.containers).map(|c| c.container.name.as_str()).collect()
+}
+
+/// Checks `ss` (already defaulted); `old` on update; `others`: every other stored SidecarSet.
+pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]) -> Result<(), String> {
+    let mut errs = Vec::new();
+    let name = ss.metadata.name.as_deref().unwrap_or("");
+    if !dns1123_label(name) {
+        errs.push(format!(
+            "metadata.name: {name:?} must be a DNS-1123 label (a-z, 0-9, '-', at most 63 characters): it names the SidecarSet in Pod annotations"
+        ));
+    }
+    match &ss.spec.selector {
+        None => errs.push("spec.selector: required".into()),
+        Some(s) if scope::is_empty(s) => {
+            errs.push("spec.selector: must not be empty (an empty selector would select every Pod)".into())
+        }
+        Some(_) => {}
+    }
+    if ss.spec.containers.is_empty() && ss.spec.init_containers.is_empty() {
+        errs.push("spec.containers: at least one container or initContainer is required".into());
+    }
+    let volumes: BTreeSet<&str> = ss.spec.volumes.iter().map(|v| v.name.as_str()).collect();
+    let mut seen = BTreeSet::new();
+    containers("initContainers", &ss.spec.init_containers, &volumes, &mut seen, &mut errs);
+    containers("containers", &ss.spec.containers, &volumes, &mut seen, &mut errs);
+    let u = &ss.spec.update_strategy;
+    one_of("spec.updateStrategy.type", u.type_.as_deref(), &[ROLLING_UPDATE, NOT_UPDATE], &mut errs);
+    int_or_percent("spec.updateStrategy.partition", &u.partition, &mut errs);
+    int_or_percent("spec.updateStrategy.maxUnavailable", &u.max_unavailable, &mut errs);
+    for (i, p) in ss.spec.patch_pod_metadata.iter().enumerate() {
+        let f = format!("spec.patchPodMetadata[{i}].patchPolicy");
+        one_of(&f, p.patch_policy.as_deref(), &["Retain", "Overwrite", "MergePatchJson"], &mut errs);
+    }
+    if let Some(old) = old {
+        let before = names(old);
+        let added: Vec<&str> = names(ss).into_iter().filter(|n| !before.contains(n)).collect();
+        if !added.is_empty() {
+            errs.push(format!(
+                "spec.containers: containers cannot be added or renamed on update (new: {}); create another SidecarSet instead",
+                added.join(", ")
+            ));
+        }
+    }
+    let mine = names(ss);
+    for other in others {
+        if other.metadata.name.as_deref() == Some(name) || !scope::scopes_overlap(&ss.spec, &other.spec) {
+            continue;
+        }
+        let clash: Vec<&str> = names(other).into_iter().filter(|n| mine.contains(n)).collect();
+        if !clash.is_empty() {
+            errs.push(format!(
+                "spec.containers: container {} is also injected by SidecarSet {:?}, whose scope overlaps this one",
+                clash.join(", "),
+                other.metadata.name.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    if errs.is_empty() { Ok(()) } else { Err(errs.join("; ")) }
+}

@@ -1,0 +1,97 @@
+//! The three admission handlers: default and validate SidecarSets, inject into Pods.
+
+use crate::defaults::default;
+use crate::inject::inject;
+use crate::scope;
+use crate::types::SidecarSet;
+use k8s_openapi::api::core::v1::Namespace;
+use std::collections::BTreeMap;
+use wasmop_sdk::{
+    AdmissionRequest, AdmissionResponse, ClusterExt, Context, Handler, KindRef, ListParams, Operation, Webhooks,
+};
+
+pub const DEFAULT: &str = "default-sidecarset";
+pub const VALIDATE: &str = "validate-sidecarset";
+pub const INJECT: &str = "inject-pod";
+
+pub struct SidecarSetWebhooks;
+
+impl Webhooks for SidecarSetWebhooks {
+    fn handlers(_settings: &str) -> Vec<Handler> {
+        let ss = KindRef::of::<SidecarSet>();
+        let pod = KindRef::new("v1", "Pod");
+        vec![
+            Handler::mutating(DEFAULT, ss.clone(), &[Operation::Create, Operation::Update]),
+            Handler::validating(VALIDATE, ss, &[Operation::Create, Operation::Update]),
+            Handler::mutating(INJECT, pod, &[Operation::Create]),
+        ]
+    }
+
+    fn review(ctx: &Context<'_>, handler: &str, _settings: &str, req: &AdmissionRequest) -> AdmissionResponse {
+        match handler {
+            DEFAULT => default_review(req),
+            VALIDATE => validate_review(ctx, req),
+            INJECT => inject_review(ctx, req),
+            other => AdmissionResponse::deny(format!("unknown handler {other:?}")),
+        }
+    }
+}
+
+fn default_review(req: &AdmissionRequest) -> AdmissionResponse {
+    let Some(obj) = &req.object else { return AdmissionResponse::allow() };
+    let mut ss: SidecarSet = match serde_json::from_value(obj.clone()) {
+        Ok(s) => s,
+        Err(e) => return AdmissionResponse::invalid(format!("spec: not a valid SidecarSet: {e}")),
+    };
+    default(&mut ss);
+    let mut out = obj.clone();
+    out["spec"] = serde_json::to_value(&ss.spec).unwrap_or_default();
+    out["metadata"]["annotations"] = serde_json::to_value(&ss.metadata.annotations).unwrap_or_default();
+    AdmissionResponse::mutate(out)
+}
+
+fn validate_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse {
+    let parse = |v: Option<&serde_json::Value>| v.map(|v| serde_json::from_value::<SidecarSet>(v.clone())).transpose();
+    let (ss, old) = match (parse(req.object.as_ref()), parse(req.old_object.as_ref())) {
+        (Ok(Some(s)), Ok(old)) => (s, old),
+        (Ok(None), _) => return AdmissionResponse::allow(),
+        (Err(e), _) | (_, Err(e)) => return AdmissionResponse::invalid(format!("spec: not a valid SidecarSet: {e}")),
+    };
+    let others: Vec<SidecarSet> = match ctx.list_of(&ListParams::default()) {
+        Ok(l) => l,
+        Err(e) => return AdmissionResponse::deny(format!("cannot list SidecarSets to check for conflicts: {e}")),
+    };
+    let old = if req.operation == Operation::Update { old } else { None };
+    match crate::validate::validate(&ss, old.as_ref(), &others) {
+        Ok(()) => AdmissionResponse::allow(),
+        Err(msg) => AdmissionResponse::invalid(msg),
+    }
+}
+
+/// Labels of namespace `ns`, read only when some SidecarSet selects by namespace labels.
+pub fn namespace_labels(ctx: &Context<'_>, ns: &str) -> Result<BTreeMap<String, String>, wasmop_sdk::Error> {
+    Ok(ctx.get_opt::<Namespace>(None, ns)?.and_then(|n| n.metadata.labels).unwrap_or_default())
+}
+
+fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse {
+    let Some(mut pod) = req.object.clone() else { return AdmissionResponse::allow() };
+    let ns = req.namespace.clone().unwrap_or_default();
+    let mut sets: Vec<SidecarSet> = match ctx.list_of(&ListParams::default()) {
+        Ok(l) => l,
+        Err(e) => return AdmissionResponse::deny(format!("cannot list SidecarSets to inject sidecars: {e}")),
+    };
+    sets.retain(|s| !s.spec.injection_strategy.paused && s.metadata.deletion_timestamp.is_none());
+    let ns_labels = if sets.iter().any(|s| s.spec.namespace_selector.is_some()) {
+        match namespace_labels(ctx, &ns) {
+            Ok(l) => l,
+            Err(e) => return AdmissionResponse::deny(format!("cannot read namespace {ns:?}: {e}")),
+        }
+    } else {
+        BTreeMap::new()
+    };
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap_or_default();
+    sets.retain(|s| scope::selects(&s.spec, &ns, &ns_labels, &labels));
+    sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    if inject(&mut pod, &sets) { AdmissionResponse::mutate(pod) } else { AdmissionResponse::allow() }
+}

@@ -1,0 +1,128 @@
+//! Status counts and the in-place rolling update against the SDK's fake cluster.
+
+use serde_json::{Value, json};
+use sidecarset::webhooks::{DEFAULT, INJECT};
+use sidecarset::{SidecarSet, SidecarSetController, SidecarSetWebhooks};
+use wasmop_sdk::fake::FakeCluster;
+use wasmop_sdk::{AdmissionRequest, Context, KindRef, ObjectRef, Operation, Reconciler, Request, Webhooks};
+
+fn ss_key() -> ObjectRef {
+    ObjectRef::new(&KindRef::of::<SidecarSet>(), None, "s")
+}
+
+fn pod_kind() -> KindRef {
+    KindRef::new("v1", "Pod")
+}
+
+fn admit(fake: &FakeCluster, handler: &str, ns: Option<&str>, obj: Value) -> Value {
+    let req = AdmissionRequest {
+        operation: Operation::Create,
+        namespace: ns.map(Into::into),
+        object: Some(obj.clone()),
+        ..Default::default()
+    };
+    SidecarSetWebhooks::review(&Context::new(fake), handler, "", &req).object.unwrap_or(obj)
+}
+
+fn setup(fake: &FakeCluster, strategy: Value, pods: usize) {
+    let ss = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "updateStrategy": strategy,
+                 "containers": [{"name": "log", "image": "busybox:1.36"}]}});
+    fake.seed(admit(fake, DEFAULT, None, ss)).unwrap();
+    for i in 0..pods {
+        let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p{i}"), "namespace": "demo", "labels": {"app": "web"}},
+                       "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
+        let p = admit(fake, INJECT, Some("demo"), p);
+        fake.seed(p).unwrap();
+    }
+}
+
+/// What kwok/the kubelet does: Running, Ready, container statuses with the spec's images.
+fn kubelet(fake: &FakeCluster, name: &str) {
+    fake.edit(&ObjectRef::new(&pod_kind(), Some("demo"), name), |p| {
+        let statuses: Vec<Value> = p["spec"]["containers"].as_array().unwrap().iter()
+            .map(|c| json!({"name": c["name"], "image": c["image"], "ready": true})).collect();
+        p["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": statuses});
+    }).unwrap();
+}
+
+fn reconcile(fake: &FakeCluster) -> Value {
+    let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
+    SidecarSetController::reconcile(&Context::new(fake), &req).expect("reconcile");
+    fake.object(&ss_key()).unwrap()["status"].clone()
+}
+
+fn sidecar_images(fake: &FakeCluster) -> Vec<String> {
+    let mut v: Vec<String> = fake
+        .objects_of(&pod_kind())
+        .iter()
+        .map(|p| p["spec"]["containers"][0]["image"].as_str().unwrap().to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn change_image(fake: &FakeCluster, image: &str) {
+    let mut ss = fake.object(&ss_key()).unwrap();
+    ss["spec"]["containers"][0]["image"] = json!(image);
+    let ss = admit(fake, DEFAULT, None, ss);
+    fake.edit(&ss_key(), |o| *o = ss).unwrap();
+}
+
+#[test]
+fn status_counts_follow_pods() {
+    let fake = FakeCluster::new();
+    setup(&fake, json!({}), 3);
+    let s = reconcile(&fake);
+    assert_eq!(
+        (s["matchedPods"].as_i64(), s["updatedPods"].as_i64(), s["readyPods"].as_i64()),
+        (Some(3), Some(3), Some(0))
+    );
+    kubelet(&fake, "p0");
+    kubelet(&fake, "p1");
+    let s = reconcile(&fake);
+    assert_eq!((s["readyPods"].as_i64(), s["updatedReadyPods"].as_i64()), (Some(2), Some(2)));
+    fake.take_writes();
+    reconcile(&fake);
+    assert!(fake.take_writes().is_empty(), "no write when the status is unchanged");
+}
+
+#[test]
+fn rolling_update_respects_max_unavailable_and_partition() {
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"partition": 1}), 4);
+    for i in 0..4 {
+        kubelet(&fake, &format!("p{i}"));
+    }
+    change_image(&fake, "busybox:1.37");
+    for round in 0..6 {
+        reconcile(&fake);
+        let restarting: Vec<String> = fake
+            .objects_of(&pod_kind())
+            .iter()
+            .filter(|p| p["spec"]["containers"][0]["image"] != p["status"]["containerStatuses"][0]["image"])
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(restarting.len() <= 1, "round {round}: more than maxUnavailable=1 restarting: {restarting:?}");
+        for p in restarting {
+            kubelet(&fake, &p);
+        }
+    }
+    let images = sidecar_images(&fake);
+    assert_eq!(images.iter().filter(|i| *i == "busybox:1.37").count(), 3, "partition 1 keeps one old: {images:?}");
+    let s = reconcile(&fake);
+    assert_eq!((s["matchedPods"].as_i64(), s["updatedPods"].as_i64()), (Some(4), Some(3)));
+}
+
+#[test]
+fn not_update_and_paused_leave_pods_alone() {
+    for strategy in [json!({"type": "NotUpdate"}), json!({"paused": true})] {
+        let fake = FakeCluster::new();
+        setup(&fake, strategy, 2);
+        kubelet(&fake, "p0");
+        kubelet(&fake, "p1");
+        change_image(&fake, "busybox:1.37");
+        reconcile(&fake);
+        assert_eq!(sidecar_images(&fake), ["busybox:1.36", "busybox:1.36"]);
+    }
+}

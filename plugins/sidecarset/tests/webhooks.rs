@@ -1,0 +1,200 @@
+//! The admission handlers against the SDK's fake cluster.
+
+use serde_json::{Value, json};
+use sidecarset::webhooks::{DEFAULT, INJECT, VALIDATE};
+use sidecarset::{SidecarSet, SidecarSetWebhooks};
+use wasmop_sdk::fake::FakeCluster;
+use wasmop_sdk::{AdmissionRequest, AdmissionResponse, Context, Operation, Webhooks};
+
+fn sidecarset(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": name}, "spec": spec})
+}
+
+fn review(
+    fake: &FakeCluster,
+    handler: &str,
+    op: Operation,
+    ns: Option<&str>,
+    obj: Value,
+    old: Option<Value>,
+) -> AdmissionResponse {
+    let req = AdmissionRequest {
+        uid: "u".into(),
+        operation: op,
+        namespace: ns.map(Into::into),
+        object: Some(obj),
+        old_object: old,
+        ..Default::default()
+    };
+    SidecarSetWebhooks::review(&Context::new(fake), handler, "", &req)
+}
+
+/// Defaults a SidecarSet as the mutating webhook would, and stores it.
+fn store(fake: &FakeCluster, obj: Value) -> Value {
+    let r = review(fake, DEFAULT, Operation::Create, None, obj, None);
+    let o = r.object.expect("defaulted");
+    fake.seed(o.clone()).unwrap();
+    o
+}
+
+fn two_sidecars() -> Value {
+    json!({
+        "selector": {"matchLabels": {"app": "web"}},
+        "containers": [
+            {"name": "before", "image": "busybox:1.36", "volumeMounts": [{"name": "logs", "mountPath": "/logs"}],
+             "transferEnv": [{"sourceContainerName": "app", "envName": "TZ"}]},
+            {"name": "after", "image": "busybox:1.36", "podInjectPolicy": "AfterAppContainer",
+             "shareVolumePolicy": {"type": "enabled"}}
+        ],
+        "volumes": [{"name": "logs", "emptyDir": {}}, {"name": "unused", "emptyDir": {}}, {"name": "data", "emptyDir": {}}],
+        "imagePullSecrets": [{"name": "regcred"}],
+        "patchPodMetadata": [{"annotations": {"team": "infra"}}]
+    })
+}
+
+fn pod(labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-", "labels": labels},
+           "spec": {"containers": [{"name": "app", "image": "nginx", "env": [{"name": "TZ", "value": "UTC"}],
+                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": [{"name": "data", "hostPath": {"path": "/d"}}],
+                    "imagePullSecrets": [{"name": "regcred"}]}})
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn defaults_fill_kruise_defaults_and_hashes() {
+    let fake = FakeCluster::new();
+    let o = store(&fake, sidecarset("s", two_sidecars()));
+    assert_eq!(o["spec"]["updateStrategy"]["type"], "RollingUpdate");
+    assert_eq!(o["spec"]["updateStrategy"]["maxUnavailable"], 1);
+    assert_eq!(o["spec"]["updateStrategy"]["partition"], 0);
+    assert_eq!(o["spec"]["containers"][0]["podInjectPolicy"], "BeforeAppContainer");
+    assert_eq!(o["spec"]["containers"][0]["shareVolumePolicy"]["type"], "disabled");
+    assert_eq!(o["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(o["spec"]["containers"][0]["terminationMessagePolicy"], "File");
+    assert_eq!(o["metadata"]["annotations"]["kruise.io/sidecarset-hash"].as_str().unwrap().len(), 64);
+    assert!(o["metadata"]["annotations"]["kruise.io/sidecarset-hash-without-image"].is_string());
+}
+
+#[test]
+fn injects_before_and_after_the_app_with_everything_it_needs() {
+    let fake = FakeCluster::new();
+    store(&fake, sidecarset("s", two_sidecars()));
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), pod(json!({"app": "web"})), None);
+    let p = r.object.expect("mutated");
+    assert_eq!(names(&p["spec"]["containers"]), ["before", "app", "after"]);
+    let before = &p["spec"]["containers"][0];
+    assert!(before["env"].as_array().unwrap().contains(&json!({"name": "IS_INJECTED", "value": "true"})));
+    assert!(before["env"].as_array().unwrap().contains(&json!({"name": "TZ", "value": "UTC"})), "transferEnv");
+    let after = &p["spec"]["containers"][2];
+    assert_eq!(after["volumeMounts"][0]["name"], "data", "shareVolumePolicy enabled mounts the app's volumes");
+    assert_eq!(names(&p["spec"]["volumes"]), ["data", "logs"], "only referenced volumes; the Pod's own `data` wins");
+    assert_eq!(p["spec"]["volumes"][0]["hostPath"]["path"], "/d");
+    assert_eq!(p["spec"]["imagePullSecrets"].as_array().unwrap().len(), 1, "no duplicate pull secret");
+    let a = &p["metadata"]["annotations"];
+    assert_eq!(a["team"], "infra");
+    assert_eq!(a["kruise.io/sidecarset-injected-list"], "s");
+    let h: Value = serde_json::from_str(a["kruise.io/sidecarset-hash"].as_str().unwrap()).unwrap();
+    assert_eq!(h["s"]["sidecarList"], json!(["before", "after"]));
+
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), pod(json!({"app": "db"})), None);
+    assert!(r.allowed && r.object.is_none(), "a Pod the selector does not match is untouched");
+}
+
+#[test]
+fn namespace_scope_and_pause_are_respected() {
+    let fake = FakeCluster::new();
+    let mut spec = two_sidecars();
+    spec["namespace"] = json!("prod");
+    store(&fake, sidecarset("scoped", spec));
+    let r = review(&fake, INJECT, Operation::Create, Some("dev"), pod(json!({"app": "web"})), None);
+    assert!(r.object.is_none(), "out of the SidecarSet's namespace");
+    let r = review(&fake, INJECT, Operation::Create, Some("prod"), pod(json!({"app": "web"})), None);
+    assert!(r.object.is_some());
+
+    let fake = FakeCluster::new();
+    let mut spec = two_sidecars();
+    spec["injectionStrategy"] = json!({"paused": true});
+    store(&fake, sidecarset("paused", spec));
+    let r = review(&fake, INJECT, Operation::Create, Some("prod"), pod(json!({"app": "web"})), None);
+    assert!(r.object.is_none(), "paused injection");
+}
+
+fn denial(fake: &FakeCluster, obj: Value, old: Option<Value>) -> String {
+    let op = if old.is_some() { Operation::Update } else { Operation::Create };
+    let obj = review(fake, DEFAULT, op, None, obj.clone(), None).object.unwrap_or(obj);
+    let r = review(fake, VALIDATE, op, None, obj, old);
+    assert!(!r.allowed, "expected a denial");
+    r.status.unwrap().message
+}
+
+#[test]
+fn validation_names_the_field_and_the_rule() {
+    let fake = FakeCluster::new();
+    let ok = two_sidecars();
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        sidecarset("s", s)
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (sidecarset("a.b", ok.clone()), "metadata.name"),
+        (with(&|s| s.as_object_mut().unwrap().remove("selector").map(drop).unwrap()), "spec.selector: required"),
+        (with(&|s| s["selector"] = json!({})), "spec.selector: must not be empty"),
+        (with(&|s| s["containers"] = json!([])), "at least one container"),
+        (with(&|s| s["containers"][1]["name"] = json!("before")), "spec.containers[1].name"),
+        (with(&|s| s["containers"][0]["name"] = json!("Bad_Name")), "DNS-1123"),
+        (
+            with(&|s| s["containers"][0].as_object_mut().unwrap().remove("image").map(drop).unwrap()),
+            "spec.containers[0].image: required",
+        ),
+        (
+            with(&|s| s["containers"][0]["podInjectPolicy"] = json!("Sometimes")),
+            "spec.containers[0].podInjectPolicy: unsupported value",
+        ),
+        (with(&|s| s["containers"][0]["shareVolumePolicy"] = json!({"type": "yes"})), "shareVolumePolicy.type"),
+        (with(&|s| s["updateStrategy"] = json!({"type": "Fast"})), "spec.updateStrategy.type"),
+        (
+            with(&|s| s["containers"][0]["volumeMounts"] = json!([{"name": "nope", "mountPath": "/x"}])),
+            "spec.containers[0].volumeMounts[0].name: volume \"nope\" is not declared",
+        ),
+        (with(&|s| s["updateStrategy"] = json!({"partition": -1})), "spec.updateStrategy.partition"),
+        (with(&|s| s["updateStrategy"] = json!({"maxUnavailable": "150%"})), "spec.updateStrategy.maxUnavailable"),
+    ];
+    for (obj, want) in cases {
+        let msg = denial(&fake, obj.clone(), None);
+        assert!(msg.contains(want), "want {want:?} in {msg:?}");
+    }
+}
+
+#[test]
+fn update_rules_and_conflicts_between_sidecarsets() {
+    let fake = FakeCluster::new();
+    let stored = store(&fake, sidecarset("s", two_sidecars()));
+    let mut renamed = stored.clone();
+    renamed["spec"]["containers"][1]["name"] = json!("later");
+    assert!(denial(&fake, renamed, Some(stored.clone())).contains("cannot be added or renamed"));
+    let mut image = stored.clone();
+    image["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    let r = review(&fake, VALIDATE, Operation::Update, None, image, Some(stored));
+    assert!(r.allowed, "changing an image is an update, not a rename");
+
+    let clash = sidecarset(
+        "other",
+        json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
+                                             "containers": [{"name": "before", "image": "x:1"}]}),
+    );
+    assert!(denial(&fake, clash, None).contains("also injected by SidecarSet \"s\""));
+    let disjoint = sidecarset(
+        "db",
+        json!({"selector": {"matchLabels": {"app": "db"}},
+                                            "containers": [{"name": "before", "image": "x:1"}]}),
+    );
+    let o = review(&fake, DEFAULT, Operation::Create, None, disjoint, None).object.unwrap();
+    assert!(review(&fake, VALIDATE, Operation::Create, None, o, None).allowed, "disjoint selectors may reuse names");
+    let _: SidecarSet =
+        serde_json::from_value(fake.objects_of(&wasmop_sdk::KindRef::of::<SidecarSet>())[0].clone()).unwrap();
+}
