@@ -7,6 +7,11 @@
 //! retryable error, `forbidden` tries to create a Secret it never declared and records
 //! the answer on the ServiceAccount as `probe/forbidden`. Every reconcile logs
 //! `probe reconcile` with the name and mode, which the e2e tests read from the host log.
+//!
+//! It also serves a validating webhook `check` for ConfigMaps: `data.admission` =
+//! `deny` denies, `panic` traps, `loop` spins until the host's deadline; anything else
+//! is allowed. The e2e tests use it to prove that a faulty handler yields a clear
+//! denial and that the host keeps serving.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -99,7 +104,34 @@ impl Reconciler for Probe {
     }
 }
 
-wasmop_sdk::export_plugin!(Probe);
+impl wasmop_sdk::Webhooks for Probe {
+    fn handlers(_settings: &str) -> Vec<wasmop_sdk::Handler> {
+        use wasmop_sdk::{Handler, KindRef, Operation};
+        vec![Handler::validating("check", KindRef::of::<ConfigMap>(), &[Operation::Create, Operation::Update])]
+    }
+
+    fn review(
+        _ctx: &Context<'_>,
+        _handler: &str,
+        _settings: &str,
+        req: &wasmop_sdk::AdmissionRequest,
+    ) -> wasmop_sdk::AdmissionResponse {
+        use wasmop_sdk::AdmissionResponse;
+        let mode = req.object.as_ref().and_then(|o| o.pointer("/data/admission")).and_then(|m| m.as_str());
+        match mode {
+            Some("deny") => AdmissionResponse::deny("data.admission: the probe denies \"deny\""),
+            Some("panic") => panic!("probe panics in its webhook"),
+            Some("loop") =>
+            {
+                #[allow(clippy::empty_loop)]
+                loop {}
+            }
+            _ => AdmissionResponse::allow(),
+        }
+    }
+}
+
+wasmop_sdk::export_plugin!(Probe, webhooks = Probe);
 
 #[cfg(test)]
 mod tests {

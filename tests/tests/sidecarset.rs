@@ -1,0 +1,283 @@
+//! The SidecarSet plugin end to end: webhooks served by the host over TLS, through the
+//! real apiserver's admission chain, and the controller's status and rolling update.
+//!
+//! SidecarSets are cluster-scoped, so these tests take a lock: one SidecarSet host at
+//! a time (two would both reconcile every SidecarSet).
+
+use anyhow::{Result, bail};
+use serde_json::{Value, json};
+use std::sync::Mutex;
+use std::time::Duration;
+use wasmop_e2e::*;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds/sidecarset.yaml");
+
+/// A host serving the SidecarSet plugin's webhooks for `namespaces`.
+fn host(name: &str, namespaces: &[&str]) -> Result<(Host, WebhookConfigs)> {
+    kubectl(&["apply", "--server-side", "-f", CRD]).map_err(anyhow::Error::msg)?;
+    kubectl(&["wait", "--for=condition=Established", "crd/sidecarsets.apps.kruise.io"]).map_err(anyhow::Error::msg)?;
+    let port = free_port();
+    let wasm = plugin_path("sidecarset.wasm");
+    let addr = format!("127.0.0.1:{port}");
+    let h = Host::start(
+        &[("sidecarset", &wasm, "")],
+        &["--webhooks", "--webhook-bind-address", &addr, "--webhook-configurations", name],
+    )?;
+    let configs = WebhookConfigs::apply(name, port, &[&wasm], namespaces)?;
+    wait_for_ca_bundle(name)?;
+    Ok((h, configs))
+}
+
+fn sidecarset(name: &str, spec: Value) -> String {
+    json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": name}, "spec": spec})
+        .to_string()
+}
+
+fn pod(ns: &str, name: &str, app: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+           "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}})
+    .to_string()
+}
+
+fn containers(ns: &str, name: &str) -> Vec<String> {
+    get_json(&["pod", "-n", ns, name])
+        .map(|p| {
+            p["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_owned()).collect()
+        })
+        .unwrap_or_default()
+}
+
+fn status(name: &str) -> Value {
+    get_json(&["sidecarset", name]).map(|s| s["status"].clone()).unwrap_or_default()
+}
+
+fn expect_status(name: &str, matched: i64, ready: i64) -> Result<()> {
+    eventually(&format!("{name}: matched {matched}, ready {ready}"), Duration::from_secs(60), || {
+        let s = status(name);
+        if s["matchedPods"] == matched && s["readyPods"] == ready && s["updatedPods"] == matched {
+            Ok(())
+        } else {
+            bail!("status {s}")
+        }
+    })
+}
+
+struct Cleanup(Vec<String>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = kubectl(&["delete", "sidecarset", n, "--ignore-not-found", "--wait=false"]);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn injects_defaults_validates_and_counts() -> Result<()> {
+    let _lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let inside = Namespace::new("ss-in");
+    let outside = Namespace::new("ss-out");
+    let (h, _configs) = host("wasmop-e2e-ss", &[&inside.0, &outside.0])?;
+    let name = format!("logging-{}", inside.0);
+    let _cleanup = Cleanup(vec![name.clone(), format!("{name}-b")]);
+    let spec = json!({
+        "namespace": inside.0,
+        "selector": {"matchLabels": {"app": "web"}},
+        "containers": [
+            {"name": "before", "image": "busybox:1.36", "command": ["sleep", "1d"]},
+            {"name": "after", "image": "busybox:1.36", "podInjectPolicy": "AfterAppContainer"}
+        ]
+    });
+    apply(&sidecarset(&name, spec.clone())).map_err(anyhow::Error::msg)?;
+
+    // Defaults on the stored object.
+    let stored = get_json(&["sidecarset", &name]).unwrap();
+    assert_eq!(stored["spec"]["updateStrategy"]["type"], "RollingUpdate");
+    assert_eq!(stored["spec"]["updateStrategy"]["maxUnavailable"], 1);
+    assert_eq!(stored["spec"]["containers"][0]["podInjectPolicy"], "BeforeAppContainer");
+    assert_eq!(stored["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(stored["spec"]["containers"][1]["shareVolumePolicy"]["type"], "disabled");
+    assert!(stored["metadata"]["annotations"]["kruise.io/sidecarset-hash"].is_string());
+
+    // Injection: matching, non-matching, out of scope.
+    apply(&pod(&inside.0, "web", "web")).map_err(anyhow::Error::msg)?;
+    apply(&pod(&inside.0, "db", "db")).map_err(anyhow::Error::msg)?;
+    apply(&pod(&outside.0, "web", "web")).map_err(anyhow::Error::msg)?;
+    assert_eq!(containers(&inside.0, "web"), ["before", "app", "after"]);
+    let web = get_json(&["pod", "-n", &inside.0, "web"]).unwrap();
+    assert_eq!(web["metadata"]["annotations"]["kruise.io/sidecarset-injected-list"], name.as_str());
+    assert!(web["metadata"]["annotations"]["kruise.io/sidecarset-hash"].as_str().unwrap().contains(&name));
+    assert_eq!(containers(&inside.0, "db"), ["app"], "a Pod the selector does not match is untouched");
+    assert_eq!(containers(&outside.0, "web"), ["app"], "a Pod outside the SidecarSet's namespace is untouched");
+
+    // Status follows the Pods: kwok makes them Running and Ready; deleting removes them.
+    apply(&pod(&inside.0, "web2", "web")).map_err(anyhow::Error::msg)?;
+    expect_status(&name, 2, 2)?;
+    kubectl(&["delete", "pod", "-n", &inside.0, "web2", "--grace-period=0", "--force"]).map_err(anyhow::Error::msg)?;
+    expect_status(&name, 1, 1)?;
+    assert_eq!(status(&name)["observedGeneration"], 1);
+
+    // Every validation rule, through kubectl, with its message.
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut s = spec.clone();
+        f(&mut s);
+        s
+    };
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("a.b", spec.clone(), "metadata.name"),
+        ("x", with(&|s| drop(s.as_object_mut().unwrap().remove("selector"))), "spec.selector: required"),
+        ("x", with(&|s| s["selector"] = json!({})), "spec.selector: must not be empty"),
+        ("x", with(&|s| s["containers"] = json!([])), "at least one container or initContainer"),
+        ("x", with(&|s| s["containers"][1]["name"] = json!("before")), "spec.containers[1].name"),
+        ("x", with(&|s| s["containers"][0]["name"] = json!("Before")), "DNS-1123"),
+        ("x", with(&|s| s["containers"][0]["image"] = json!("")), "spec.containers[0].image: required"),
+        ("x", with(&|s| s["containers"][0]["podInjectPolicy"] = json!("Later")), "podInjectPolicy: unsupported value"),
+        ("x", with(&|s| s["containers"][0]["shareVolumePolicy"] = json!({"type": "on"})), "shareVolumePolicy.type"),
+        ("x", with(&|s| s["updateStrategy"] = json!({"type": "Sometimes"})), "spec.updateStrategy.type"),
+        (
+            "x",
+            with(&|s| s["containers"][0]["volumeMounts"] = json!([{"name": "nope", "mountPath": "/n"}])),
+            "volumeMounts[0].name: volume \"nope\" is not declared in spec.volumes",
+        ),
+        ("x", with(&|s| s["updateStrategy"] = json!({"partition": -2})), "spec.updateStrategy.partition"),
+        ("x", with(&|s| s["updateStrategy"] = json!({"maxUnavailable": "x%"})), "spec.updateStrategy.maxUnavailable"),
+        (
+            "b",
+            with(&|s| s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]})),
+            "also injected by SidecarSet",
+        ),
+    ];
+    for (suffix, s, want) in cases {
+        let n = if suffix == "a.b" { format!("{name}.b") } else { format!("{name}-{suffix}") };
+        match apply(&sidecarset(&n, s)) {
+            Ok(out) => bail!("{want}: applied instead of denied: {out}"),
+            Err(e) => assert!(e.contains(want) && e.contains("denied the request"), "want {want:?} in {e}"),
+        }
+    }
+    // On update, containers cannot be added or renamed.
+    let renamed = with(&|s| s["containers"][1]["name"] = json!("later"));
+    let e = apply(&sidecarset(&name, renamed)).expect_err("rename denied");
+    assert!(e.contains("cannot be added or renamed"), "{e}");
+    drop(h);
+    Ok(())
+}
+
+/// The sidecar image of each Pod: (name, spec image, running image).
+fn sidecar_images(ns: &str) -> Vec<(String, String, String)> {
+    let pods = get_json(&["pods", "-n", ns]).unwrap();
+    pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let spec = p["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "proxy").unwrap();
+            let status = p["status"]["containerStatuses"]
+                .as_array()
+                .and_then(|s| s.iter().find(|c| c["name"] == "proxy"))
+                .map(|c| c["image"].as_str().unwrap_or("").to_owned())
+                .unwrap_or_default();
+            (p["metadata"]["name"].as_str().unwrap().to_owned(), spec["image"].as_str().unwrap().to_owned(), status)
+        })
+        .collect()
+}
+
+/// What a kubelet does after an in-place image change: restart the container and
+/// report the new image (kwok does not simulate this).
+fn restart_container(ns: &str, pod: &str, image: &str) -> Result<()> {
+    let p = get_json(&["pod", "-n", ns, pod]).unwrap();
+    let i = p["status"]["containerStatuses"].as_array().unwrap().iter().position(|c| c["name"] == "proxy").unwrap();
+    let patch = json!([{"op": "replace", "path": format!("/status/containerStatuses/{i}/image"), "value": image}]);
+    kubectl(&["patch", "pod", "-n", ns, pod, "--subresource=status", "--type=json", "-p", &patch.to_string()])
+        .map_err(anyhow::Error::msg)?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn rolling_update_in_place_respects_max_unavailable_and_partition() -> Result<()> {
+    let _lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Namespace::new("ss-roll");
+    let (_h, _configs) = host("wasmop-e2e-roll", &[&ns.0])?;
+    let name = format!("proxy-{}", ns.0);
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let spec = |image: &str| {
+        json!({"namespace": ns.0, "selector": {"matchLabels": {"app": "api"}},
+               "updateStrategy": {"partition": 1, "maxUnavailable": 1},
+               "containers": [{"name": "proxy", "image": image}]})
+    };
+    apply(&sidecarset(&name, spec("envoy:1.30"))).map_err(anyhow::Error::msg)?;
+    for i in 0..4 {
+        apply(&pod(&ns.0, &format!("api-{i}"), "api")).map_err(anyhow::Error::msg)?;
+    }
+    expect_status(&name, 4, 4)?;
+
+    apply(&sidecarset(&name, spec("envoy:1.31"))).map_err(anyhow::Error::msg)?;
+    let mut worst = 0;
+    let done = eventually("three Pods on envoy:1.31", Duration::from_secs(90), || {
+        let pods = sidecar_images(&ns.0);
+        let restarting: Vec<&(String, String, String)> = pods.iter().filter(|(_, s, r)| s != r).collect();
+        worst = worst.max(restarting.len());
+        for (p, image, _) in &restarting {
+            restart_container(&ns.0, p, image)?;
+        }
+        let new = pods.iter().filter(|(_, s, r)| s == "envoy:1.31" && r == "envoy:1.31").count();
+        if new == 3 { Ok(pods) } else { bail!("{pods:?}") }
+    })?;
+    assert!(worst == 1, "exactly one Pod restarting at a time (maxUnavailable 1), saw at most {worst}");
+    // The partition holds one Pod back, for good.
+    std::thread::sleep(Duration::from_secs(3));
+    let pods = sidecar_images(&ns.0);
+    assert_eq!(pods.iter().filter(|(_, s, _)| s == "envoy:1.30").count(), 1, "partition 1: {pods:?} (was {done:?})");
+    let s = status(&name);
+    assert_eq!((s["matchedPods"].as_i64(), s["updatedPods"].as_i64()), (Some(4), Some(3)), "{s}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn a_faulty_webhook_handler_is_a_clear_denial_and_the_host_keeps_serving() -> Result<()> {
+    let ns = Namespace::new("wh-fault");
+    let port = free_port();
+    let probe = plugin_path("probe.wasm");
+    let mut h = Host::start(
+        &[("probe", &probe, &format!("namespace: {}", ns.0))],
+        &[
+            "--webhooks",
+            "--webhook-bind-address",
+            &format!("127.0.0.1:{port}"),
+            "--webhook-configurations",
+            &ns.0,
+            "--admission-deadline-seconds",
+            "2",
+        ],
+    )?;
+    let _configs = WebhookConfigs::apply(&ns.0, port, &[&probe], &[&ns.0])?;
+    wait_for_ca_bundle(&ns.0)?;
+    let cm = |name: &str, mode: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns.0},
+               "data": {"admission": mode}})
+        .to_string()
+    };
+    // The plugin may take a moment to load after the CA is in place.
+    eventually("probe webhook answers", Duration::from_secs(30), || {
+        apply(&cm("ok-0", "allow")).map_err(anyhow::Error::msg)
+    })?;
+    let e = apply(&cm("denied", "deny")).expect_err("denied");
+    assert!(e.contains("data.admission: the probe denies"), "{e}");
+    let e = apply(&cm("trap", "panic")).expect_err("a trap denies");
+    assert!(e.contains("plugin \"probe\" failed in admission handler \"check\"") && e.contains("trapped"), "{e}");
+    let e = apply(&cm("spin", "loop")).expect_err("a timeout denies");
+    assert!(e.contains("deadline"), "{e}");
+    assert!(h.alive(), "the host survived");
+    apply(&cm("ok-1", "allow")).map_err(anyhow::Error::msg)?;
+    let (_, metrics) = h.http_get("/metrics")?;
+    for result in ["allowed", "denied", "error"] {
+        let line = format!(r#"wasmop_admission_reviews_total{{plugin="probe",handler="check",result="{result}"}}"#);
+        assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
+    }
+    assert!(metrics.contains("wasmop_admission_duration_seconds_bucket"), "latency histogram");
+    Ok(())
+}
