@@ -29,6 +29,7 @@ pub struct Metrics {
     pub plugin_info: Family<Labels, Gauge>,
     pub admission_reviews: Family<Labels, Counter>,
     pub admission_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    pub leader: Gauge,
 }
 
 fn duration_histogram() -> Histogram {
@@ -51,6 +52,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         plugin_info: Family::default(),
         admission_reviews: Family::default(),
         admission_seconds: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
+        leader: Gauge::default(),
         registry: Registry::default(),
         info_labels: Default::default(),
     };
@@ -78,6 +80,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Wall time of one AdmissionReview, plugin call included",
         m.admission_seconds.clone(),
     );
+    registry.register("wasmop_leader", "1 while this replica holds the leader Lease (reconciles)", m.leader.clone());
     Metrics { registry, ..m }
 });
 

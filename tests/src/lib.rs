@@ -108,11 +108,17 @@ pub struct Host {
     pub log: PathBuf,
     child: Option<Child>,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Host {
     /// A host with `plugins` (name, path, settings) in its plugin dir.
     pub fn start(plugins: &[(&str, &Path, &str)], extra: &[&str]) -> Result<Host> {
+        Self::start_with_env(plugins, extra, &[])
+    }
+
+    /// Like [`Host::start`], with extra environment (e.g. `POD_NAME`, the leader identity).
+    pub fn start_with_env(plugins: &[(&str, &Path, &str)], extra: &[&str], env: &[(&str, &str)]) -> Result<Host> {
         let dir = tempfile::tempdir()?;
         let plugins_dir = dir.path().join("plugins");
         std::fs::create_dir_all(&plugins_dir)?;
@@ -124,7 +130,13 @@ impl Host {
             }
         }
         let log = dir.path().join("host.log");
-        let mut h = Host { dir, log, child: None, extra: extra.iter().map(|s| s.to_string()).collect() };
+        let mut h = Host {
+            dir,
+            log,
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
         h.spawn()?;
         Ok(h)
     }
@@ -143,6 +155,7 @@ impl Host {
             .args(&self.extra)
             .env("KUBECONFIG", kubeconfig())
             .env("WASMOP_LOG", "info,wasmop=debug,kube=warn")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
@@ -157,6 +170,24 @@ impl Host {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the exit: Some(exit code), None if still running.
+    pub fn terminate(&mut self, timeout: Duration) -> Result<Option<i32>> {
+        let Some(c) = self.child.as_mut() else { bail!("not running") };
+        let status = Command::new("kill").args(["-TERM", &c.id().to_string()]).status()?;
+        if !status.success() {
+            bail!("kill -TERM failed");
+        }
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(s) = c.try_wait()? {
+                self.child = None;
+                return Ok(Some(s.code().unwrap_or(-1)));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(None)
     }
 
     pub fn restart(&mut self) -> Result<()> {
@@ -260,4 +291,20 @@ pub fn wait_for_ca_bundle(name: &str) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// `probe reconcile` / `probe done` lines of a host log: (timestamp, start?, name), in
+/// log order. The timestamp is the log's RFC 3339 prefix, comparable as text.
+pub fn probe_intervals(log: &str) -> Vec<(String, bool, String)> {
+    log.lines()
+        .filter_map(|l| {
+            let start = l.contains("probe reconcile ");
+            if !start && !l.contains("probe done ") {
+                return None;
+            }
+            let ts = l.split_whitespace().next()?.to_owned();
+            let name = l.split("name=").nth(1)?.split_whitespace().next()?.to_owned();
+            Some((ts, start, name))
+        })
+        .collect()
 }

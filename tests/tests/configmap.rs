@@ -149,18 +149,8 @@ fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
     Ok(())
 }
 
-/// `name=` field values of `probe reconcile` / `probe done` lines, in log order.
 fn starts_and_ends(log: &str) -> Vec<(bool, String)> {
-    log.lines()
-        .filter_map(|l| {
-            let start = l.contains("probe reconcile ");
-            if !start && !l.contains("probe done ") {
-                return None;
-            }
-            let name = l.split("name=").nth(1)?.split_whitespace().next()?.to_owned();
-            Some((start, name))
-        })
-        .collect()
+    probe_intervals(log).into_iter().map(|(_, start, name)| (start, name)).collect()
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Every `run` flag can also be set by environment
 //! variable (`WASMOP_...`), the way a Deployment usually configures a controller.
 
+mod election;
 mod inspect;
 mod offline;
 mod pack;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use wasmop::controllers::{Manager, Shared};
+use wasmop::controllers::Shared;
 use wasmop::gateway::KubeBackend;
 use wasmop::health::Health;
 use wasmop::registry::Registry;
@@ -50,6 +50,8 @@ pub struct RunArgs {
     shutdown_grace_seconds: u64,
     #[command(flatten)]
     webhooks: super::webhooks::WebhookArgs,
+    #[command(flatten)]
+    election: super::election::ElectionArgs,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -137,21 +139,40 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     .await
     .context("cannot start the webhook server")?;
 
+    let client = kube.client().clone();
     let shared = Arc::new(Shared { kube, runtime, workers: args.workers, health });
-    let manager = tokio::spawn(Manager::new(shared).run(registry, until_stop(stopped.clone())));
-    tracing::info!(instance, "wasmop host running");
-    shutdown_signal().await;
-    let _ = stop.send(true);
-    let manager = async move {
-        let _ = manager.await;
-        if let Some(w) = webhooks {
-            let _ = w.await;
-        }
-    };
     // Controllers stop taking work and drain in-flight reconciles; whatever is still
     // running after the grace period is abandoned (reconciles are idempotent, and the
     // next leader or start converges it).
     let grace = Duration::from_secs(args.shutdown_grace_seconds);
+    let controllers = {
+        let (stopped, instance) = (stopped.clone(), instance.clone());
+        tokio::spawn(async move {
+            let r = super::election::run_controllers(
+                &args.election,
+                client,
+                &instance,
+                shared,
+                registry,
+                stopped,
+                grace.saturating_sub(Duration::from_secs(1)),
+            )
+            .await;
+            if let Err(e) = r {
+                tracing::error!("controllers: {e:#}");
+                std::process::exit(2);
+            }
+        })
+    };
+    tracing::info!(instance, "wasmop host running");
+    shutdown_signal().await;
+    let _ = stop.send(true);
+    let manager = async move {
+        let _ = controllers.await;
+        if let Some(w) = webhooks {
+            let _ = w.await;
+        }
+    };
     if tokio::time::timeout(grace, manager).await.is_err() {
         tracing::warn!(?grace, "grace period over with reconciles still running; exiting");
     }

@@ -28,10 +28,19 @@ const BUILD: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
 impl Reconciler for Probe {
     fn manifest(settings: &str) -> Result<Manifest, String> {
         let ns = setting(settings, "namespace").ok_or("settings need `namespace: NAME`")?;
-        Ok(Manifest::new::<ConfigMap>("probe", "1.0.0")
+        let mut m = Manifest::new::<ConfigMap>("probe", "1.0.0")
             .namespaces([ns])
             .owns::<ServiceAccount>()
-            .allow::<ServiceAccount>(&[Verb::Create, Verb::Update]))
+            .allow::<ServiceAccount>(&[Verb::Create, Verb::Update]);
+        // `watch: API_VERSION/KIND`: an extra watched kind (the readiness test names one
+        // whose CRD does not exist yet).
+        if let Some((api_version, kind)) = setting(settings, "watch").and_then(|w| w.rsplit_once('/')) {
+            m.watches.push(wasmop_sdk::Watch {
+                kind: wasmop_sdk::KindRef::new(api_version, kind),
+                mapping: wasmop_sdk::Mapping::AllPrimaries,
+            });
+        }
+        Ok(m)
     }
 
     fn reconcile(ctx: &Context<'_>, req: &Request) -> Result<Action, ReconcileError> {
