@@ -146,7 +146,7 @@ impl Elector {
                     Ok(true)
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(err) => Err((&e)(err)),
+                Err(err) => Err(e(err)),
             };
         };
         let spec = lease.spec.clone().unwrap_or_default();
@@ -175,7 +175,7 @@ impl Elector {
                 Ok(true)
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(err) => Err((&e)(err)),
+            Err(err) => Err(e(err)),
         }
     }
 
