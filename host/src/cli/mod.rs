@@ -23,7 +23,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the host: load plugins and reconcile against the cluster in KUBECONFIG (or in-cluster).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Print a plugin's manifest, imports, exports and size.
     Inspect {
         /// The plugin (.wasm or .wasm.gz).
@@ -42,7 +42,7 @@ enum Command {
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(args) => run::run(args).await,
+        Command::Run(args) => run::run(*args).await,
         Command::Inspect { plugin, settings } => inspect::inspect(&plugin, settings.as_deref()).await,
         Command::Reconcile(args) => offline::reconcile(args).await,
         Command::Pack(args) => pack::pack(args),
