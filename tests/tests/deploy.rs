@@ -1,0 +1,66 @@
+//! The deploy/ kustomize tree is valid against the real apiserver, and its generated
+//! parts are up to date.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::process::Command;
+use wasmop_e2e::*;
+
+const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn kustomize_tree_is_schema_valid_server_side() -> Result<()> {
+    // A server-side dry run cannot create the namespace it then fills, so it must exist.
+    let _ = kubectl(&["create", "namespace", "wasmop-system"]);
+    let out = kubectl(&["apply", "-k", DEPLOY, "--dry-run=server"]).map_err(anyhow::Error::msg)?;
+    for want in ["deployment.apps/wasmop", "clusterrole.rbac.authorization.k8s.io/wasmop", "mutatingwebhookconfiguration"] {
+        assert!(out.contains(want), "{want} missing from:\n{out}");
+    }
+
+    // The plugin ConfigMaps, with the built plugins gzipped as `make deploy-plugins` does.
+    let dir = tempfile::tempdir()?;
+    for f in ["kustomization.yaml", "memcached.settings.yaml"] {
+        std::fs::copy(Path::new(DEPLOY).join("plugins").join(f), dir.path().join(f))?;
+    }
+    for p in ["memcached", "sidecarset"] {
+        let wasm = std::fs::read(plugin_path(&format!("{p}.wasm"))).context("built plugin")?;
+        let mut gz = gzip(&wasm)?;
+        assert!(gz.len() < 700 << 10, "{p}.wasm.gz is {} bytes: too close to the 1 MiB ConfigMap limit", gz.len());
+        std::fs::write(dir.path().join(format!("{p}.wasm.gz")), std::mem::take(&mut gz))?;
+    }
+    let out = kubectl(&["apply", "-k", dir.path().to_str().unwrap(), "--server-side", "--dry-run=server"])
+        .map_err(anyhow::Error::msg)?;
+    assert!(out.contains("wasmop-plugin-sidecarset"), "{out}");
+    Ok(())
+}
+
+fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut child = Command::new("gzip")
+        .args(["-9", "-n", "-c"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(bytes)?;
+    Ok(child.wait_with_output()?.stdout)
+}
+
+#[test]
+fn webhook_configurations_match_the_plugins_handlers() -> Result<()> {
+    let wasm = plugin_path("sidecarset.wasm");
+    if !wasm.exists() {
+        eprintln!("skipped: {} not built (make plugins)", wasm.display());
+        return Ok(());
+    }
+    let out = Command::new(wasmop_bin())
+        .args(["webhook-config", "--name", "wasmop", "--service", "wasmop-system/wasmop-webhook"])
+        .args(["--exclude-namespaces", "kube-system,wasmop-system"])
+        .arg(&wasm)
+        .output()?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let have = std::fs::read_to_string(Path::new(DEPLOY).join("webhooks.yaml"))?;
+    let want = String::from_utf8(out.stdout)?;
+    assert!(have.ends_with(&want), "deploy/webhooks.yaml is stale: run `make deploy-manifests`");
+    Ok(())
+}
