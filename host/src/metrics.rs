@@ -30,6 +30,7 @@ pub struct Metrics {
     pub admission_reviews: Family<Labels, Counter>,
     pub admission_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     pub leader: Gauge,
+    pub plugin_memory: Family<Labels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -53,6 +54,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         admission_reviews: Family::default(),
         admission_seconds: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
         leader: Gauge::default(),
+        plugin_memory: Family::default(),
         registry: Registry::default(),
         info_labels: Default::default(),
     };
@@ -81,6 +83,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         m.admission_seconds.clone(),
     );
     registry.register("wasmop_leader", "1 while this replica holds the leader Lease (reconciles)", m.leader.clone());
+    registry.register(
+        "wasmop_plugin_memory_bytes",
+        "Largest linear memory of the plugin's most recent instance",
+        m.plugin_memory.clone(),
+    );
     Metrics { registry, ..m }
 });
 

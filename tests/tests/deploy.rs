@@ -14,7 +14,9 @@ fn kustomize_tree_is_schema_valid_server_side() -> Result<()> {
     // A server-side dry run cannot create the namespace it then fills, so it must exist.
     let _ = kubectl(&["create", "namespace", "wasmop-system"]);
     let out = kubectl(&["apply", "-k", DEPLOY, "--dry-run=server"]).map_err(anyhow::Error::msg)?;
-    for want in ["deployment.apps/wasmop", "clusterrole.rbac.authorization.k8s.io/wasmop", "mutatingwebhookconfiguration"] {
+    for want in
+        ["deployment.apps/wasmop", "clusterrole.rbac.authorization.k8s.io/wasmop", "mutatingwebhookconfiguration"]
+    {
         assert!(out.contains(want), "{want} missing from:\n{out}");
     }
 

@@ -39,6 +39,18 @@ pub struct RunArgs {
     /// Linear memory of one plugin instance, in MiB.
     #[arg(long, env = "WASMOP_PLUGIN_MEMORY_MIB", default_value_t = 128)]
     plugin_memory_mib: usize,
+    /// The most memory a plugin's `wasmop.io/memory-mib` annotation may ask for, in MiB.
+    #[arg(long, env = "WASMOP_PLUGIN_MEMORY_CEILING_MIB", default_value_t = 512)]
+    plugin_memory_ceiling_mib: usize,
+    /// The longest deadline a plugin's `wasmop.io/deadline-seconds` annotation may ask for.
+    #[arg(long, env = "WASMOP_RECONCILE_DEADLINE_CEILING_SECONDS", default_value_t = 300)]
+    reconcile_deadline_ceiling_seconds: u64,
+    /// Instances of one plugin alive at once (its annotation `wasmop.io/max-instances` may lower or raise it up to --max-instances).
+    #[arg(long, env = "WASMOP_PLUGIN_MAX_INSTANCES", default_value_t = 16)]
+    plugin_max_instances: u32,
+    /// Meter wasm fuel: each call may burn this much (0: no metering; the deadline still bounds every call).
+    #[arg(long, env = "WASMOP_PLUGIN_FUEL", default_value_t = 0)]
+    plugin_fuel: u64,
     /// Address of the /metrics, /healthz, /readyz and /plugins endpoints (port 0: any free port).
     #[arg(long, env = "WASMOP_METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
     metrics_bind_address: std::net::SocketAddr,
@@ -76,8 +88,14 @@ fn init_logs(format: LogFormat) {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
-    let client =
-        kube::Client::try_default().await.context("cannot reach the cluster (KUBECONFIG or in-cluster config)")?;
+    let mut config =
+        kube::Config::infer().await.context("no cluster configuration (KUBECONFIG or in-cluster config)")?;
+    // Named in the apiserver's audit log, so its requests can be told from anyone else's.
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(concat!("wasmop/", env!("CARGO_PKG_VERSION"))),
+    ));
+    let client = kube::Client::try_from(config).context("cannot build the cluster client")?;
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));
@@ -85,13 +103,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = Arc::new(Runtime::new(RuntimeConfig {
         cache_dir: args.compile_cache_dir.clone(),
         max_instances: args.max_instances,
-        memory_ceiling: (args.plugin_memory_mib << 20).max(RuntimeConfig::default().memory_ceiling),
+        memory_ceiling: (args.plugin_memory_ceiling_mib.max(args.plugin_memory_mib)) << 20,
+        fuel: args.plugin_fuel > 0,
         ..Default::default()
     })?);
     let limits = Limits {
         deadline: Duration::from_secs(args.reconcile_deadline_seconds),
         memory_bytes: args.plugin_memory_mib << 20,
+        fuel: (args.plugin_fuel > 0).then_some(args.plugin_fuel),
+        max_instances: args.plugin_max_instances.min(args.max_instances),
         ..Default::default()
+    };
+    let ceilings = wasmop::sources::Ceilings {
+        deadline: Duration::from_secs(args.reconcile_deadline_ceiling_seconds.max(args.reconcile_deadline_seconds)),
+        memory_bytes: args.plugin_memory_ceiling_mib.max(args.plugin_memory_mib) << 20,
+        fuel: (args.plugin_fuel > 0).then_some(u64::MAX),
+        max_instances: args.max_instances,
     };
     let registry = Registry::new(runtime.clone());
 
@@ -107,7 +134,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             args.plugins_namespace.clone()
         };
         tracing::info!(?namespaces, label = PLUGIN_LABEL, "loading plugins from ConfigMaps");
-        sources.push(Box::new(ConfigMapSource::new(kube.client().clone(), namespaces, limits.clone())));
+        sources.push(Box::new(ConfigMapSource::new(kube.client().clone(), namespaces, limits.clone(), ceilings)));
     }
     if sources.is_empty() {
         tracing::warn!("no plugin source given (--plugins-dir, --plugins-configmaps): the host will idle");

@@ -34,8 +34,17 @@ pub struct PluginSpec {
     /// The object it came from (a ConfigMap), where rejections are reported as Events.
     pub origin_object: Option<wasmop_sdk::ObjectRef>,
     pub limits: Limits,
-    /// Operator narrowing: only these namespaces (None: no narrowing).
-    pub allowed_namespaces: Option<Vec<String>>,
+    /// What the operator narrowed the plugin to (beyond its own manifest).
+    pub narrowing: Narrowing,
+}
+
+/// An operator's narrowing of a plugin: its world is at most these namespaces and
+/// kinds. The manifest must fit inside: a plugin that watches a kind outside
+/// `kinds` is refused; watched namespaces are cut down to `namespaces`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Narrowing {
+    pub namespaces: Option<Vec<String>>,
+    pub kinds: Option<Vec<wasmop_sdk::KindRef>>,
 }
 
 /// A loaded, admitted version.
@@ -50,6 +59,7 @@ pub struct LoadedPlugin {
     pub permissions: Arc<Permissions>,
     pub compiled: Arc<Compiled>,
     pub limits: Limits,
+    pub narrowing: Narrowing,
     pub loaded_at: SystemTime,
 }
 
@@ -78,6 +88,8 @@ pub enum LoadError {
     Conflict(String),
     #[error("admission handlers: {0}")]
     Handlers(String),
+    #[error("narrowed by the operator: {0}")]
+    Narrowed(String),
 }
 
 impl LoadError {
@@ -86,6 +98,7 @@ impl LoadError {
             LoadError::Runtime(e) => e.kind(),
             LoadError::Conflict(_) => "conflict",
             LoadError::Handlers(_) => "handlers",
+            LoadError::Narrowed(_) => "narrowed",
         }
     }
 }
@@ -131,17 +144,22 @@ impl Registry {
         if let Some(cur) = self.get(&spec.name)
             && cur.sha256 == sha256
             && cur.settings == spec.settings
-            && cur.limits.deadline == spec.limits.deadline
+            && cur.limits == spec.limits
+            && cur.narrowing == spec.narrowing
         {
             return Ok(cur);
         }
         let compiled = self.compile(digest, &spec.bytes).await?;
-        let manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
+        let mut manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
+        narrow(&mut manifest, &spec.narrowing)?;
         let handlers = self.runtime.handlers(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
         check_handlers(&handlers)?;
         let mut permissions = Permissions::from_manifest(&manifest);
-        if let Some(ns) = &spec.allowed_namespaces {
+        if let Some(ns) = &spec.narrowing.namespaces {
             permissions.restrict_namespaces(ns.iter().cloned());
+        }
+        if let Some(kinds) = &spec.narrowing.kinds {
+            permissions.restrict_kinds(kinds);
         }
         let loaded = Arc::new(LoadedPlugin {
             name: spec.name.clone(),
@@ -153,6 +171,7 @@ impl Registry {
             permissions: Arc::new(permissions),
             compiled,
             limits: spec.limits,
+            narrowing: spec.narrowing.clone(),
             loaded_at: SystemTime::now(),
         });
 
@@ -220,6 +239,33 @@ impl Registry {
     }
 }
 
+/// Fits the manifest inside the operator's narrowing, or says why it cannot.
+fn narrow(m: &mut Manifest, n: &Narrowing) -> Result<(), LoadError> {
+    if let Some(kinds) = &n.kinds {
+        let watched = std::iter::once(&m.primary).chain(&m.owns).chain(m.watches.iter().map(|w| &w.kind));
+        if let Some(k) = watched.into_iter().find(|k| !kinds.contains(k)) {
+            return Err(LoadError::Narrowed(format!("the plugin watches {k}, which is not in its allowed kinds")));
+        }
+    }
+    if let Some(allowed) = &n.namespaces {
+        if !m.namespaced {
+            return Err(LoadError::Narrowed(format!(
+                "{} is cluster-scoped and cannot be limited to namespaces",
+                m.primary
+            )));
+        }
+        m.namespaces = if m.namespaces.is_empty() {
+            allowed.clone()
+        } else {
+            m.namespaces.iter().filter(|ns| allowed.contains(ns)).cloned().collect()
+        };
+        if m.namespaces.is_empty() {
+            return Err(LoadError::Narrowed("none of the plugin's namespaces is in its allowed namespaces".into()));
+        }
+    }
+    Ok(())
+}
+
 /// Handler names become URL path segments and must be unique.
 fn check_handlers(handlers: &[Handler]) -> Result<(), LoadError> {
     let mut seen = std::collections::HashSet::new();
@@ -258,6 +304,21 @@ fn overlaps(a: &Manifest, b: &Manifest) -> bool {
 mod tests {
     use super::*;
     use wasmop_sdk::KindRef;
+
+    #[test]
+    fn narrowing_cuts_namespaces_and_refuses_kinds_outside() {
+        let k = KindRef::new("cache.example.com/v1alpha1", "Memcached");
+        let mut m = Manifest::for_kind("a", "1", k.clone());
+        let n = Narrowing { namespaces: Some(vec!["team-a".into()]), kinds: None };
+        narrow(&mut m, &n).unwrap();
+        assert_eq!(m.namespaces, ["team-a"], "all namespaces become the allowed ones");
+        let mut m = Manifest::for_kind("a", "1", k.clone()).namespaces(["team-b"]);
+        assert!(narrow(&mut m, &n).unwrap_err().to_string().contains("none of the plugin's namespaces"));
+        let mut m = Manifest::for_kind("a", "1", k.clone());
+        m.owns.push(KindRef::new("apps/v1", "Deployment"));
+        let n = Narrowing { namespaces: None, kinds: Some(vec![k]) };
+        assert!(narrow(&mut m, &n).unwrap_err().to_string().contains("apps/v1/Deployment"));
+    }
 
     #[test]
     fn same_kind_overlap_rules() {

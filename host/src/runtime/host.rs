@@ -6,13 +6,64 @@ use crate::gateway::{self, Gateway};
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits};
+
+/// StoreLimits that also remember the largest linear memory the instance asked for,
+/// for the `wasmop_plugin_memory_bytes` gauge.
+pub struct Tracked {
+    inner: StoreLimits,
+    peak: usize,
+}
+
+impl Tracked {
+    pub fn new(inner: StoreLimits) -> Self {
+        Tracked { inner, peak: 0 }
+    }
+
+    pub fn peak(&self) -> usize {
+        self.peak
+    }
+}
+
+impl ResourceLimiter for Tracked {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let ok = self.inner.memory_growing(current, desired, maximum)?;
+        if ok {
+            self.peak = self.peak.max(desired);
+        }
+        Ok(ok)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.inner.memory_grow_failed(error)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.inner.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Everything one call's Store holds. A fresh one per call: nothing leaks between calls.
 pub struct HostState {
     pub(super) wasi: WasiCtx,
     pub(super) table: ResourceTable,
-    pub(super) limits: StoreLimits,
+    pub(super) limits: Tracked,
     /// None while the host asks for the manifest: no cluster access before the plugin
     /// is admitted.
     pub(super) gateway: Option<Gateway>,
@@ -41,15 +92,30 @@ impl HostState {
             .ok_or_else(|| types::Error::Forbidden("no cluster access while computing the manifest".into()))
     }
 
+    /// Parses an object the plugin hands over; oversized or malformed input is refused
+    /// (and counted as a fault: a correct plugin never sends either).
     fn payload(&self, what: &str, text: &str) -> Result<serde_json::Value, types::Error> {
         if text.len() > self.max_payload {
+            self.fault("payload-too-large", &format!("{what}: {} bytes", text.len()));
             return Err(types::Error::Invalid(format!(
                 "{what}: {} bytes exceeds the limit of {} bytes",
                 text.len(),
                 self.max_payload
             )));
         }
-        serde_json::from_str(text).map_err(|e| types::Error::Invalid(format!("{what}: malformed JSON: {e}")))
+        serde_json::from_str(text).map_err(|e| {
+            self.fault("malformed-json", &format!("{what}: {e}"));
+            types::Error::Invalid(format!("{what}: malformed JSON: {e}"))
+        })
+    }
+
+    /// A misbehaviour that does not end the call: logged and counted by kind.
+    pub(super) fn fault(&self, kind: &str, detail: &str) {
+        tracing::warn!(plugin = %self.plugin, fault = kind, "plugin fault: {detail}");
+        crate::metrics::METRICS
+            .faults
+            .get_or_create(&crate::metrics::labels(&[("plugin", &self.plugin), ("kind", kind)]))
+            .inc();
     }
 }
 
@@ -149,7 +215,7 @@ impl events::Host for HostState {
         }
         self.event_budget -= 1;
         if self.event_budget == 0 {
-            tracing::warn!(plugin = %self.plugin, "event budget for this call used up; further events dropped");
+            self.fault("event-flood", "event budget for this call used up; further events dropped");
         }
         let t = match event_type {
             events::EventType::Normal => gateway::EventType::Normal,
@@ -177,7 +243,7 @@ impl log::Host for HostState {
             log::Level::Error => tracing::error!(plugin, "{msg}{fields}"),
         }
         if self.log_budget == 0 {
-            tracing::warn!(plugin, "log budget for this call used up; further lines dropped");
+            self.fault("log-flood", "log budget for this call used up; further lines dropped");
         }
         Ok(())
     }

@@ -13,7 +13,9 @@
 
 mod admission;
 mod bindings;
+mod config;
 mod convert;
+mod error;
 mod host;
 mod output;
 
@@ -28,125 +30,10 @@ use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder};
 
 use crate::gateway::Gateway;
-
-/// Errors of loading or running a plugin. Each is data for an Event or a metric; none
-/// takes the host down.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error("not a WebAssembly component: {0}")]
-    NotAComponent(String),
-    #[error("does not implement the wasmop:operator plugin world: {0}")]
-    WrongWorld(String),
-    #[error("could not compile: {0}")]
-    Compile(String),
-    #[error("plugin trapped ({kind}): {message}")]
-    Trap { kind: TrapKind, message: String },
-    #[error("plugin exceeded its deadline of {0:?}")]
-    Timeout(Duration),
-    #[error("plugin refused its settings: {0}")]
-    Manifest(String),
-    #[error("host is shutting down")]
-    Closed,
-}
-
-impl RuntimeError {
-    /// A short label for metrics and Events: `timeout`, `memory`, `panic`, ...
-    pub fn kind(&self) -> &'static str {
-        match self {
-            RuntimeError::NotAComponent(_) => "not-a-component",
-            RuntimeError::WrongWorld(_) => "wrong-world",
-            RuntimeError::Compile(_) => "compile",
-            RuntimeError::Trap { kind, .. } => kind.as_str(),
-            RuntimeError::Timeout(_) => "timeout",
-            RuntimeError::Manifest(_) => "manifest",
-            RuntimeError::Closed => "closed",
-        }
-    }
-}
-
-/// How a plugin trapped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TrapKind {
-    /// A Rust panic (unreachable), or an explicit abort.
-    Panic,
-    /// It tried to grow memory past its cap.
-    Memory,
-    StackOverflow,
-    OutOfFuel,
-    Other,
-}
-
-impl TrapKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TrapKind::Panic => "panic",
-            TrapKind::Memory => "memory",
-            TrapKind::StackOverflow => "stack-overflow",
-            TrapKind::OutOfFuel => "fuel",
-            TrapKind::Other => "trap",
-        }
-    }
-}
-
-impl std::fmt::Display for TrapKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Per-call limits. The defaults suit a reconciler that makes a few dozen API calls.
-#[derive(Clone, Debug)]
-pub struct Limits {
-    /// Wall-clock time for one call, host calls included. Why 30 s: the apiserver's own
-    /// request timeout is 60 s, and a reconcile slower than half of it is stuck.
-    pub deadline: Duration,
-    /// Linear memory of one instance. Why 128 MiB: the shipped plugins peak below 8 MiB;
-    /// this leaves room for large lists while 64 concurrent instances stay under 8 GiB.
-    pub memory_bytes: usize,
-    /// Largest object or string accepted from a plugin in one host call. Why 4 MiB: the
-    /// apiserver rejects requests over 3 MiB anyway.
-    pub max_payload: usize,
-    /// Log lines and Events one call may emit; the rest is dropped with a warning.
-    pub log_lines: u32,
-    pub events: u32,
-    /// Bytes of stdout+stderr one call may write into the host log.
-    pub output_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            deadline: Duration::from_secs(30),
-            memory_bytes: 128 << 20,
-            max_payload: 4 << 20,
-            log_lines: 1000,
-            events: 100,
-            output_bytes: 64 << 10,
-        }
-    }
-}
-
-/// Engine-wide settings.
-#[derive(Clone, Debug)]
-pub struct RuntimeConfig {
-    /// Instances alive at once, host-wide. Why 64: each reserves a pooling slot; 64
-    /// concurrent reconciles already saturate two cores many times over.
-    pub max_instances: u32,
-    /// The largest `Limits::memory_bytes` any plugin may be given.
-    pub memory_ceiling: usize,
-    /// How often the epoch ticks: the granularity of deadlines and yields.
-    pub tick: Duration,
-    /// Where compiled code is kept across restarts, keyed by the plugin's sha256 and the
-    /// engine's compatibility hash. Code loaded from here is trusted as-is, so only the
-    /// host may write this directory. None: compile in memory only.
-    pub cache_dir: Option<std::path::PathBuf>,
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        RuntimeConfig { max_instances: 64, memory_ceiling: 512 << 20, tick: Duration::from_millis(10), cache_dir: None }
-    }
-}
+use config::DESCRIBE_DEADLINE;
+pub use config::{Limits, RuntimeConfig};
+use error::classify;
+pub use error::{RuntimeError, TrapKind};
 
 /// A compiled plugin, ready to instantiate. Cheap to clone.
 #[derive(Clone)]
@@ -184,6 +71,8 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
     slots: Arc<tokio::sync::Semaphore>,
+    /// Per plugin name: (capacity, slots).
+    plugin_slots: std::sync::Mutex<std::collections::HashMap<Arc<str>, (u32, Arc<tokio::sync::Semaphore>)>>,
     config: RuntimeConfig,
 }
 
@@ -201,6 +90,7 @@ impl Runtime {
         let mut cfg = Config::new();
         cfg.wasm_component_model(true)
             .epoch_interruption(true)
+            .consume_fuel(config.fuel)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
             // Plugins are at most a few MiB of code: keep reservations small.
             .memory_reservation(config.memory_ceiling as u64)
@@ -226,7 +116,13 @@ impl Runtime {
             })
             .map_err(|e| RuntimeError::Compile(format!("epoch thread: {e}")))?;
 
-        Ok(Runtime { engine, linker, slots: Arc::new(tokio::sync::Semaphore::new(n as usize)), config })
+        Ok(Runtime {
+            engine,
+            linker,
+            slots: Arc::new(tokio::sync::Semaphore::new(n as usize)),
+            plugin_slots: Default::default(),
+            config,
+        })
     }
 
     pub fn engine(&self) -> &Engine {
@@ -286,8 +182,9 @@ impl Runtime {
         settings: &str,
         limits: &Limits,
     ) -> Result<Manifest, RuntimeError> {
+        let limits = Limits { deadline: limits.deadline.min(DESCRIBE_DEADLINE), ..limits.clone() };
         let r = self
-            .call(c, name, None, limits, async |i, s| c.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await)
+            .call(c, name, None, &limits, async |i, s| c.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await)
             .await?;
         r.map(convert::manifest).map_err(RuntimeError::Manifest)
     }
@@ -328,18 +225,24 @@ impl Runtime {
         limits: &Limits,
         f: impl AsyncFnOnce(&wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, RuntimeError> {
-        let _slot = self.slots.acquire().await.map_err(|_| RuntimeError::Closed)?;
         let plugin: Arc<str> = name.into();
+        // The plugin's own slot first: a plugin at its cap waits without holding a
+        // host-wide slot that another plugin could use.
+        let _mine =
+            self.plugin_slots(&plugin, limits.max_instances).acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
+        let _slot = self.slots.acquire().await.map_err(|_| RuntimeError::Closed)?;
         let (stdout, stderr) = output::PluginOutput::pair(plugin.clone(), limits.output_bytes);
         let mut wasi = wasmtime_wasi::WasiCtx::builder();
         wasi.stdout(stdout).stderr(stderr);
         let state = HostState {
             wasi: wasi.build(),
             table: Default::default(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes.min(self.config.memory_ceiling))
-                .trap_on_grow_failure(true)
-                .build(),
+            limits: host::Tracked::new(
+                StoreLimitsBuilder::new()
+                    .memory_size(limits.memory_bytes.min(self.config.memory_ceiling))
+                    .trap_on_grow_failure(true)
+                    .build(),
+            ),
             gateway,
             plugin,
             max_payload: limits.max_payload,
@@ -351,15 +254,36 @@ impl Runtime {
         // Yield to the async runtime on every tick; the timeout below bounds the total.
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
+        if self.config.fuel {
+            store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
+        }
 
         let run = async {
             let instance = c.pre.instantiate_async(&mut store).await?;
             f(&instance, &mut store).await
         };
-        match tokio::time::timeout(limits.deadline, run).await {
+        let r = match tokio::time::timeout(limits.deadline, run).await {
             Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(classify(e)),
+        };
+        let peak = store.data().limits.peak() as i64;
+        crate::metrics::METRICS.plugin_memory.get_or_create(&crate::metrics::labels(&[("plugin", name)])).set(peak);
+        r
+    }
+
+    fn plugin_slots(&self, plugin: &Arc<str>, cap: u32) -> Arc<tokio::sync::Semaphore> {
+        let cap = cap.max(1);
+        let mut m = self.plugin_slots.lock().unwrap();
+        match m.get(plugin) {
+            Some((c, s)) if *c == cap => s.clone(),
+            // A new cap (the plugin's annotations changed): calls already holding
+            // slots of the old semaphore finish on it.
+            _ => {
+                let s = Arc::new(tokio::sync::Semaphore::new(cap as usize));
+                m.insert(plugin.clone(), (cap, s.clone()));
+                s
+            }
         }
     }
 }
@@ -374,19 +298,6 @@ fn check_header(bytes: &[u8]) -> Result<(), RuntimeError> {
         ));
     }
     Ok(())
-}
-
-fn classify(e: wasmtime::Error) -> RuntimeError {
-    let message = format!("{e:#}");
-    let kind = match e.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::UnreachableCodeReached) => TrapKind::Panic,
-        Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
-        Some(wasmtime::Trap::OutOfFuel) => TrapKind::OutOfFuel,
-        Some(wasmtime::Trap::MemoryOutOfBounds) => TrapKind::Other,
-        _ if message.contains("memory growth failure") || message.contains("memory minimum size") => TrapKind::Memory,
-        _ => TrapKind::Other,
-    };
-    RuntimeError::Trap { kind, message }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! a new version; a removed key or ConfigMap removes the plugin. Plugin names must be
 //! unique across the watched ConfigMaps.
 
+use super::annotations::{self, Ceilings};
 use super::{PluginSource, SourceEvent};
 use crate::registry::PluginSpec;
 use crate::runtime::Limits;
@@ -26,19 +27,34 @@ pub struct ConfigMapSource {
     client: kube::Client,
     namespaces: Vec<String>,
     limits: Limits,
+    ceilings: Ceilings,
 }
 
 impl ConfigMapSource {
-    pub fn new(client: kube::Client, namespaces: Vec<String>, limits: Limits) -> Self {
-        ConfigMapSource { client, namespaces, limits }
+    /// Plugins get `limits`, adjusted by their ConfigMap's annotations within `ceilings`.
+    pub fn new(client: kube::Client, namespaces: Vec<String>, limits: Limits, ceilings: Ceilings) -> Self {
+        ConfigMapSource { client, namespaces, limits, ceilings }
     }
 }
 
 /// (namespace, ConfigMap name) → plugin name → stamp (sha256 of bytes and settings).
 type Known = HashMap<(String, String), HashMap<String, [u8; 32]>>;
 
-/// The plugins one ConfigMap carries, with their stamps.
-fn plugins_of(cm: &ConfigMap, limits: &Limits) -> Vec<(PluginSpec, [u8; 32])> {
+/// The plugins one ConfigMap carries, with their stamps and, when its annotations do
+/// not parse, why they must be refused.
+fn plugins_of(cm: &ConfigMap, limits: &Limits, ceilings: &Ceilings) -> Vec<(PluginSpec, [u8; 32], Option<String>)> {
+    let ann: std::collections::BTreeMap<String, String> = cm
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(annotations::PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let (limits, narrowing, problem) = match annotations::apply(&ann, limits, ceilings) {
+        Ok((l, n)) => (l, n, None),
+        Err(e) => (limits.clone(), Default::default(), Some(e)),
+    };
     let ns = cm.metadata.namespace.clone().unwrap_or_default();
     let name = cm.metadata.name.clone().unwrap_or_default();
     let binary = cm.binary_data.clone().unwrap_or_default();
@@ -56,6 +72,12 @@ fn plugins_of(cm: &ConfigMap, limits: &Limits) -> Vec<(PluginSpec, [u8; 32])> {
         h.update(&value.0);
         h.update([0]);
         h.update(settings.as_bytes());
+        for (k, v) in &ann {
+            h.update([0]);
+            h.update(k.as_bytes());
+            h.update([0]);
+            h.update(v.as_bytes());
+        }
         let spec = PluginSpec {
             name: plugin.to_owned(),
             bytes: value.0.clone().into(),
@@ -63,9 +85,9 @@ fn plugins_of(cm: &ConfigMap, limits: &Limits) -> Vec<(PluginSpec, [u8; 32])> {
             origin: format!("configmap:{ns}/{name}#{key}"),
             origin_object: Some(ObjectRef::new(&KindRef::new("v1", "ConfigMap"), Some(&ns), &name)),
             limits: limits.clone(),
-            allowed_namespaces: None,
+            narrowing: narrowing.clone(),
         };
-        out.push((spec, h.finalize().into()));
+        out.push((spec, h.finalize().into(), problem.clone()));
     }
     out
 }
@@ -75,9 +97,16 @@ impl ConfigMapSource {
         let id = (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default());
         let before = known.remove(&id).unwrap_or_default();
         let mut now = HashMap::new();
-        for (spec, stamp) in plugins_of(cm, &self.limits) {
+        for (spec, stamp, problem) in plugins_of(cm, &self.limits, &self.ceilings) {
             now.insert(spec.name.clone(), stamp);
-            if before.get(&spec.name) != Some(&stamp) && tx.send(SourceEvent::Upsert(Box::new(spec))).await.is_err() {
+            if before.get(&spec.name) == Some(&stamp) {
+                continue;
+            }
+            let ev = match problem {
+                None => SourceEvent::Upsert(Box::new(spec)),
+                Some(reason) => SourceEvent::Reject { spec: Box::new(spec), kind: "annotation", reason },
+            };
+            if tx.send(ev).await.is_err() {
                 return false;
             }
         }
@@ -173,7 +202,13 @@ mod tests {
             .into(),
         );
         cm.data = Some([("probe.settings.yaml".to_string(), "namespace: x".to_string())].into());
-        let mut found = plugins_of(&cm, &Limits::default());
+        let ceilings = Ceilings {
+            deadline: std::time::Duration::from_secs(60),
+            memory_bytes: 1 << 30,
+            fuel: None,
+            max_instances: 4,
+        };
+        let mut found = plugins_of(&cm, &Limits::default(), &ceilings);
         found.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         assert_eq!(found.len(), 2);
         assert_eq!(found[0].0.name, "memcached");
@@ -181,8 +216,17 @@ mod tests {
         assert_eq!(found[1].0.settings, "namespace: x");
         let stamp = found[1].1;
         cm.data = Some([("probe.settings.yaml".to_string(), "namespace: y".to_string())].into());
-        let again = plugins_of(&cm, &Limits::default());
+        let again = plugins_of(&cm, &Limits::default(), &ceilings);
         let probe = again.iter().find(|p| p.0.name == "probe").unwrap();
         assert_ne!(probe.1, stamp, "a settings change is a new version");
+        let stamp = probe.1;
+        cm.metadata.annotations = Some([("wasmop.io/deadline-seconds".to_string(), "5".to_string())].into());
+        let again = plugins_of(&cm, &Limits::default(), &ceilings);
+        let probe = again.iter().find(|p| p.0.name == "probe").unwrap();
+        assert_ne!(probe.1, stamp, "an annotation change is a new version");
+        assert_eq!(probe.0.limits.deadline, std::time::Duration::from_secs(5));
+        cm.metadata.annotations = Some([("wasmop.io/memory-mib".to_string(), "lots".to_string())].into());
+        let again = plugins_of(&cm, &Limits::default(), &ceilings);
+        assert!(again[0].2.as_deref().unwrap().contains("wasmop.io/memory-mib"));
     }
 }

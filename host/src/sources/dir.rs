@@ -60,7 +60,7 @@ impl DirSource {
             origin: format!("dir:{}", path.display()),
             origin_object: None,
             limits: self.limits.clone(),
-            allowed_namespaces: None,
+            narrowing: Default::default(),
         })
     }
 }

@@ -31,6 +31,9 @@ pub async fn drive(
                     report(&registry, &spec, kind, &reason, events.as_deref()).await;
                 }
             }
+            SourceEvent::Reject { spec, kind, reason } => {
+                report(&registry, &spec, kind, &reason, events.as_deref()).await
+            }
             SourceEvent::Remove { name } => {
                 registry.remove(&name);
             }

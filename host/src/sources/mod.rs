@@ -3,11 +3,13 @@
 //! the CLI feeds them to the registry and reports rejections back through the source's
 //! [`Reporter`] (a log line for a directory; an Event on the ConfigMap for a ConfigMap).
 
+pub mod annotations;
 pub mod bytes;
 mod configmap;
 mod dir;
 mod driver;
 
+pub use annotations::Ceilings;
 pub use configmap::{ConfigMapSource, PLUGIN_LABEL};
 pub use dir::DirSource;
 pub use driver::drive;
@@ -20,6 +22,9 @@ pub enum SourceEvent {
     /// A new plugin or a new version (bytes or settings changed). The bytes are as
     /// delivered (possibly gzipped); the driver decodes them.
     Upsert(Box<PluginSpec>),
+    /// A version the source already knows to refuse (e.g. a bad annotation): reported
+    /// like a version the registry refused, and the previous version keeps serving.
+    Reject { spec: Box<PluginSpec>, kind: &'static str, reason: String },
     /// The plugin is gone from the source.
     Remove { name: String },
     /// The source finished its first pass: every plugin it had at start was sent.

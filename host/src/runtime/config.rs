@@ -1,0 +1,80 @@
+//! Per-call limits and engine-wide settings, with the reasons for their defaults.
+
+use std::time::Duration;
+
+/// Per-call limits. The defaults suit a reconciler that makes a few dozen API calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time for one call, host calls included. Why 30 s: the apiserver's own
+    /// request timeout is 60 s, and a reconcile slower than half of it is stuck.
+    pub deadline: Duration,
+    /// Linear memory of one instance. Why 128 MiB: the shipped plugins peak below 8 MiB;
+    /// this leaves room for large lists while 64 concurrent instances stay under 8 GiB.
+    pub memory_bytes: usize,
+    /// Largest object or string accepted from a plugin in one host call. Why 4 MiB: the
+    /// apiserver rejects requests over 3 MiB anyway.
+    pub max_payload: usize,
+    /// Log lines and Events one call may emit; the rest is dropped with a warning.
+    pub log_lines: u32,
+    pub events: u32,
+    /// Bytes of stdout+stderr one call may write into the host log.
+    pub output_bytes: usize,
+    /// Wasm fuel (roughly, instructions) one call may burn; None: unmetered. Only
+    /// effective when the engine meters fuel (`RuntimeConfig::fuel`).
+    pub fuel: Option<u64>,
+    /// Instances of this plugin alive at once, so one busy plugin cannot take every
+    /// host-wide slot.
+    pub max_instances: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(30),
+            memory_bytes: 128 << 20,
+            max_payload: 4 << 20,
+            log_lines: 1000,
+            events: 100,
+            output_bytes: 64 << 10,
+            fuel: None,
+            // Why 16: a quarter of the default host-wide 64, so at least four busy
+            // plugins can run side by side at full speed.
+            max_instances: 16,
+        }
+    }
+}
+
+/// Engine-wide settings.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Instances alive at once, host-wide. Why 64: each reserves a pooling slot; 64
+    /// concurrent reconciles already saturate two cores many times over.
+    pub max_instances: u32,
+    /// The largest `Limits::memory_bytes` any plugin may be given.
+    pub memory_ceiling: usize,
+    /// How often the epoch ticks: the granularity of deadlines and yields.
+    pub tick: Duration,
+    /// Where compiled code is kept across restarts, keyed by the plugin's sha256 and the
+    /// engine's compatibility hash. Code loaded from here is trusted as-is, so only the
+    /// host may write this directory. None: compile in memory only.
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Meter fuel, so `Limits::fuel` can bound the work of one call. Off by default:
+    /// the wall-clock deadline already bounds a call, and metering costs some speed.
+    pub fuel: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            max_instances: 64,
+            memory_ceiling: 512 << 20,
+            tick: Duration::from_millis(10),
+            cache_dir: None,
+            fuel: false,
+        }
+    }
+}
+
+/// Why 10 s: `manifest` and `handlers` only describe the plugin; a plugin that needs
+/// longer is broken, and loading waits for it.
+pub(super) const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
