@@ -66,13 +66,16 @@ impl Compiled {
     }
 }
 
+/// A plugin's instance cap and its semaphore.
+type PluginSlots = (u32, Arc<tokio::sync::Semaphore>);
+
 /// See the module docs.
 pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
     slots: Arc<tokio::sync::Semaphore>,
     /// Per plugin name: (capacity, slots).
-    plugin_slots: std::sync::Mutex<std::collections::HashMap<Arc<str>, (u32, Arc<tokio::sync::Semaphore>)>>,
+    plugin_slots: std::sync::Mutex<std::collections::HashMap<Arc<str>, PluginSlots>>,
     config: RuntimeConfig,
 }
 
