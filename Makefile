@@ -14,7 +14,7 @@ CLUSTER_STATE ?= $(ROOT)/target/cluster
 E2E_STATE ?= $(ROOT)/target/cluster-e2e
 CARGO_COMPONENT_VERSION := 0.21.1
 PLUGINS := memcached sidecarset
-TEST_PLUGINS := probe
+TEST_PLUGINS := probe hostile
 
 .PHONY: all setup tools build plugins host deploy-manifests deploy-plugins cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
 

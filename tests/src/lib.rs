@@ -216,6 +216,10 @@ impl Host {
         Ok((code.trim().parse()?, body.to_owned()))
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Still running?
     pub fn alive(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())

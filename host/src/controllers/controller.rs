@@ -317,7 +317,8 @@ impl Worker {
                 }
             }
             Ok(Err(e)) => {
-                tracing::warn!(plugin = %plugin.name, object = %key, retry = e.retry, "reconcile failed: {}", e.message);
+                let message = crate::gateway::truncate(&e.message, 4096);
+                tracing::warn!(plugin = %plugin.name, object = %key, retry = e.retry, "reconcile failed: {message}");
                 if current.is_some() {
                     gateway.record_event(key, EventType::Warning, "ReconcileFailed", &e.message).await;
                 }

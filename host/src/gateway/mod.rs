@@ -16,6 +16,22 @@ pub use error::from_kube;
 pub use kube_backend::KubeBackend;
 pub use memory::MemoryBackend;
 pub use permissions::Permissions;
+/// `s` cut to at most `max` bytes on a character boundary: plugin text (messages, log
+/// lines) is untrusted and may be of any size.
+pub fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Longest Event message written (events.k8s.io's own limit for `note` is 1 KiB).
+pub const MAX_EVENT_MESSAGE: usize = 1024;
+
 pub use wasmop_sdk::{Error, EventType, KindRef, ListParams, LogLevel, ObjectRef, Verb};
 
 use crate::metrics::{METRICS, labels};
@@ -121,6 +137,7 @@ impl Gateway {
 
     /// Events need no permission on the regarded kind: they only describe it.
     pub async fn record_event(&self, regarding: &ObjectRef, event_type: EventType, reason: &str, message: &str) {
+        let (reason, message) = (truncate(reason, 128), truncate(message, MAX_EVENT_MESSAGE));
         self.backend.record_event(&self.plugin, regarding, event_type, reason, message).await
     }
 }

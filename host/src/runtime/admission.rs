@@ -37,7 +37,7 @@ impl Runtime {
             return Ok(Err("the plugin exports no admission interface".into()));
         };
         let name = gateway.plugin().to_owned();
-        self.call(c, &name, Some(gateway), limits, async |i, s| {
+        self.call(c, &name, Some((gateway, None)), limits, async |i, s| {
             idx.load(&mut *s, i)?.call_review(s, handler, settings, request).await
         })
         .await

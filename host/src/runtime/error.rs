@@ -69,14 +69,18 @@ impl std::fmt::Display for TrapKind {
 
 /// Sorts a wasmtime error into a trap kind (for Events and metrics).
 pub(super) fn classify(e: wasmtime::Error) -> RuntimeError {
-    let message = format!("{e:#}");
+    let full = format!("{e:#}");
     let kind = match e.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::UnreachableCodeReached) => TrapKind::Panic,
         Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
         Some(wasmtime::Trap::OutOfFuel) => TrapKind::OutOfFuel,
         Some(wasmtime::Trap::MemoryOutOfBounds) => TrapKind::Other,
-        _ if message.contains("memory growth failure") || message.contains("memory minimum size") => TrapKind::Memory,
+        _ if ["memory growth failure", "memory minimum size", "growing memory"].iter().any(|m| full.contains(m)) => {
+            TrapKind::Memory
+        }
         _ => TrapKind::Other,
     };
-    RuntimeError::Trap { kind, message }
+    // The wasm backtrace goes to the debug log; Events and errors carry the cause.
+    tracing::debug!("plugin trap: {full}");
+    RuntimeError::Trap { kind, message: e.root_cause().to_string() }
 }

@@ -73,6 +73,10 @@ pub struct HostState {
     /// Log lines and Events this call may still emit.
     pub(super) log_budget: u32,
     pub(super) event_budget: u32,
+    /// The object being reconciled, where in-call faults are reported as Events.
+    pub(super) regarding: Option<wasmop_sdk::ObjectRef>,
+    /// Fault kinds already reported by this call: one Event per kind, not a flood.
+    pub(super) reported: std::collections::HashSet<&'static str>,
 }
 
 impl WasiView for HostState {
@@ -93,29 +97,50 @@ impl HostState {
     }
 
     /// Parses an object the plugin hands over; oversized or malformed input is refused
-    /// (and counted as a fault: a correct plugin never sends either).
-    fn payload(&self, what: &str, text: &str) -> Result<serde_json::Value, types::Error> {
+    /// (and reported as a fault: a correct plugin never sends either).
+    async fn payload(&mut self, what: &str, text: &str) -> Result<serde_json::Value, types::Error> {
         if text.len() > self.max_payload {
-            self.fault("payload-too-large", &format!("{what}: {} bytes", text.len()));
-            return Err(types::Error::Invalid(format!(
-                "{what}: {} bytes exceeds the limit of {} bytes",
-                text.len(),
-                self.max_payload
-            )));
+            let msg = format!("{what}: {} bytes exceeds the limit of {} bytes", text.len(), self.max_payload);
+            self.fault("payload-too-large", &msg).await;
+            return Err(types::Error::Invalid(msg));
         }
-        serde_json::from_str(text).map_err(|e| {
-            self.fault("malformed-json", &format!("{what}: {e}"));
-            types::Error::Invalid(format!("{what}: malformed JSON: {e}"))
-        })
+        match serde_json::from_str(text) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let msg = format!("{what}: malformed JSON: {e}");
+                self.fault("malformed-json", &msg).await;
+                Err(types::Error::Invalid(msg))
+            }
+        }
     }
 
-    /// A misbehaviour that does not end the call: logged and counted by kind.
-    pub(super) fn fault(&self, kind: &str, detail: &str) {
-        tracing::warn!(plugin = %self.plugin, fault = kind, "plugin fault: {detail}");
+    /// A misbehaviour that does not end the call: a log line naming the plugin and the
+    /// fault, a counter by kind, and (once per kind per call) a Warning Event on the
+    /// object being reconciled.
+    pub(super) async fn fault(&mut self, kind: &'static str, detail: &str) {
+        tracing::warn!(plugin = %self.plugin, fault = kind, "plugin fault: {}", cut(detail, MAX_LOG_MESSAGE));
         crate::metrics::METRICS
             .faults
             .get_or_create(&crate::metrics::labels(&[("plugin", &self.plugin), ("kind", kind)]))
             .inc();
+        if let (Some(g), Some(obj)) = (&self.gateway, &self.regarding)
+            && self.reported.insert(kind)
+        {
+            let msg = format!("plugin {} faulted ({kind}): {}", self.plugin, cut(detail, 512));
+            g.record_event(obj, gateway::EventType::Warning, "PluginFault", &msg).await;
+        }
+    }
+
+    /// Reports a call the permission check refused (the gateway already logged and
+    /// counted it).
+    async fn denied<T>(&mut self, r: Result<T, types::Error>) -> Result<T, types::Error> {
+        if let Err(types::Error::Forbidden(m)) = &r
+            && m.contains("plugin may not")
+        {
+            let m = m.clone();
+            self.fault("forbidden", &m).await;
+        }
+        r
     }
 }
 
@@ -131,7 +156,8 @@ impl cluster::Host for HostState {
             Ok(g) => g.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        Ok(json(g.get(&sdk_ref(object)).await))
+        let r = json(g.get(&sdk_ref(object)).await);
+        Ok(self.denied(r).await)
     }
 
     async fn list(
@@ -149,31 +175,47 @@ impl cluster::Host for HostState {
             label_selector: params.label_selector,
             field_selector: params.field_selector,
         };
-        Ok(g.list(&kind, &params).await.map(|items| serde_json::Value::Array(items).to_string()).map_err(to_wit))
+        let r = g.list(&kind, &params).await.map(|items| serde_json::Value::Array(items).to_string()).map_err(to_wit);
+        Ok(self.denied(r).await)
     }
 
     async fn create(&mut self, object: String) -> wasmtime::Result<Result<String, types::Error>> {
-        let (g, v) = match self.gateway().and_then(|g| Ok((g.clone(), self.payload("create", &object)?))) {
-            Ok(x) => x,
+        let g = match self.gateway() {
+            Ok(g) => g.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        Ok(json(g.create(v).await))
+        let v = match self.payload("create", &object).await {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let r = json(g.create(v).await);
+        Ok(self.denied(r).await)
     }
 
     async fn update(&mut self, object: String) -> wasmtime::Result<Result<String, types::Error>> {
-        let (g, v) = match self.gateway().and_then(|g| Ok((g.clone(), self.payload("update", &object)?))) {
-            Ok(x) => x,
+        let g = match self.gateway() {
+            Ok(g) => g.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        Ok(json(g.update(v).await))
+        let v = match self.payload("update", &object).await {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let r = json(g.update(v).await);
+        Ok(self.denied(r).await)
     }
 
     async fn update_status(&mut self, object: String) -> wasmtime::Result<Result<String, types::Error>> {
-        let (g, v) = match self.gateway().and_then(|g| Ok((g.clone(), self.payload("update-status", &object)?))) {
-            Ok(x) => x,
+        let g = match self.gateway() {
+            Ok(g) => g.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        Ok(json(g.update_status(v).await))
+        let v = match self.payload("update-status", &object).await {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let r = json(g.update_status(v).await);
+        Ok(self.denied(r).await)
     }
 
     async fn delete(&mut self, object: types::ObjectRef) -> wasmtime::Result<Result<(), types::Error>> {
@@ -181,25 +223,15 @@ impl cluster::Host for HostState {
             Ok(g) => g.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        Ok(g.delete(&sdk_ref(object)).await.map_err(to_wit))
+        let r = g.delete(&sdk_ref(object)).await.map_err(to_wit);
+        Ok(self.denied(r).await)
     }
 }
 
-/// Longest Event message kept (the apiserver's own limit is 1 KiB for `note`).
-const MAX_EVENT_MESSAGE: usize = 1024;
 /// Longest log message kept.
 const MAX_LOG_MESSAGE: usize = 4096;
 
-fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
+use gateway::truncate as cut;
 
 impl events::Host for HostState {
     async fn record(
@@ -215,13 +247,13 @@ impl events::Host for HostState {
         }
         self.event_budget -= 1;
         if self.event_budget == 0 {
-            self.fault("event-flood", "event budget for this call used up; further events dropped");
+            self.fault("event-flood", "event budget for this call used up; further events dropped").await;
         }
         let t = match event_type {
             events::EventType::Normal => gateway::EventType::Normal,
             events::EventType::Warning => gateway::EventType::Warning,
         };
-        g.record_event(&sdk_ref(regarding), t, cut(&reason, 128), cut(&message, MAX_EVENT_MESSAGE)).await;
+        g.record_event(&sdk_ref(regarding), t, &reason, &message).await;
         Ok(())
     }
 }
@@ -243,7 +275,7 @@ impl log::Host for HostState {
             log::Level::Error => tracing::error!(plugin, "{msg}{fields}"),
         }
         if self.log_budget == 0 {
-            self.fault("log-flood", "log budget for this call used up; further lines dropped");
+            self.fault("log-flood", "log budget for this call used up; further lines dropped").await;
         }
         Ok(())
     }

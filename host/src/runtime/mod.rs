@@ -210,7 +210,7 @@ impl Runtime {
         };
         let name = gateway.plugin().to_owned();
         let r = self
-            .call(c, &name, Some(gateway), limits, async |i, s| {
+            .call(c, &name, Some((gateway, Some(object.clone()))), limits, async |i, s| {
                 c.reconciler.load(&mut *s, i)?.call_reconcile(s, &req).await
             })
             .await?;
@@ -224,7 +224,7 @@ impl Runtime {
         &self,
         c: &Compiled,
         name: &str,
-        gateway: Option<Gateway>,
+        gateway: Option<(Gateway, Option<ObjectRef>)>,
         limits: &Limits,
         f: impl AsyncFnOnce(&wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, RuntimeError> {
@@ -246,7 +246,9 @@ impl Runtime {
                     .trap_on_grow_failure(true)
                     .build(),
             ),
-            gateway,
+            gateway: gateway.as_ref().map(|(g, _)| g.clone()),
+            regarding: gateway.and_then(|(_, o)| o),
+            reported: Default::default(),
             plugin,
             max_payload: limits.max_payload,
             log_budget: limits.log_lines,

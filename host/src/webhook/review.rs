@@ -58,6 +58,7 @@ impl Reviewer {
 
     async fn answer(&self, plugin: &str, handler: &str, request: &Value) -> (Value, Outcome) {
         let fail = |msg: String| {
+            let msg = crate::gateway::truncate(&msg, 4096);
             tracing::warn!(plugin, handler, "admission denied by the host: {msg}");
             (deny(500, "InternalError", &format!("wasmop: {msg}")), Outcome::Error)
         };
@@ -99,6 +100,8 @@ pub fn finish(request: &Value, answer: &str, mutating: bool) -> Result<Value, St
     let mut out = json!({ "allowed": r.allowed });
     if let Some(s) = &r.status {
         out["status"] = serde_json::to_value(s).map_err(|e| e.to_string())?;
+        // What kubectl prints; a plugin cannot make it unbounded.
+        out["status"]["message"] = json!(crate::gateway::truncate(&s.message, 4096));
         if !r.allowed && s.code.is_none() {
             out["status"]["code"] = json!(403);
         }
