@@ -155,3 +155,64 @@ fn hostile_plugins_are_contained_visible_and_harmless_to_neighbours() -> Result<
     assert!(secrets.is_empty(), "Secret requests from the host: {secrets:?}");
     Ok(())
 }
+
+fn pack(
+    dir: &std::path::Path,
+    wasm: &std::path::Path,
+    name: &str,
+    ns: &str,
+    settings: &str,
+    ann: &[&str],
+) -> Result<String> {
+    let file = dir.join(format!("{name}.wasm"));
+    std::fs::copy(wasm, &file)?;
+    let s = dir.join(format!("{name}.settings.yaml"));
+    std::fs::write(&s, settings)?;
+    let mut cmd = Command::new(wasmop_bin());
+    cmd.args(["pack", file.to_str().unwrap(), "--name", name, "--namespace", ns])
+        .arg(format!("--settings={name}={}", s.display()));
+    for a in ann {
+        cmd.arg(format!("--annotation={a}"));
+    }
+    let out = cmd.output()?;
+    if !out.status.success() {
+        bail!("pack: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn configmap_annotations_narrow_and_limit_a_plugin() -> Result<()> {
+    let ns = Namespace::new("narrow");
+    let host = Host::start(&[], &["--plugins-configmaps", "--plugins-namespace", &ns.0])?;
+    let work = tempfile::tempdir()?;
+    let settings = format!("namespace: {}\n", ns.0);
+    let probe = plugin_path("probe.wasm");
+
+    // Narrowed to ConfigMaps only, a plugin that owns ServiceAccounts is refused.
+    let cm = pack(work.path(), &probe, "narrowed", &ns.0, &settings, &["wasmop.io/allowed-kinds=v1/ConfigMap"])?;
+    apply_server_side(&cm).map_err(|e| anyhow!(e))?;
+    expect_warning(&ns.0, "narrowed", "PluginRejected", "v1/ServiceAccount, which is not in its allowed kinds")?;
+
+    // A limit that does not parse is refused, naming the annotation.
+    let cm = pack(work.path(), &probe, "narrowed", &ns.0, &settings, &["wasmop.io/memory-mib=plenty"])?;
+    apply_server_side(&cm).map_err(|e| anyhow!(e))?;
+    expect_warning(&ns.0, "narrowed", "PluginRejected", "wasmop.io/memory-mib")?;
+
+    // A tighter deadline applies to this plugin only.
+    let cm = pack(
+        work.path(),
+        &plugin_path("hostile.wasm"),
+        "spinner",
+        &ns.0,
+        &settings,
+        &["wasmop.io/deadline-seconds=1", "wasmop.io/max-instances=1"],
+    )?;
+    apply_server_side(&cm).map_err(|e| anyhow!(e))?;
+    apply(&hostile_cm(&ns.0, "loop")).map_err(|e| anyhow!(e))?;
+    expect_warning(&ns.0, "loop", "PluginFault", "deadline of 1s")?;
+    let (_, plugins) = host.http_get("/plugins")?;
+    assert!(plugins.contains("\"spinner\""), "{plugins}");
+    Ok(())
+}

@@ -33,6 +33,10 @@ pub struct PackArgs {
     /// Settings for one plugin, as NAME=FILE (repeatable).
     #[arg(long = "settings", value_name = "NAME=FILE")]
     settings: Vec<String>,
+    /// An annotation on the ConfigMap, e.g. `wasmop.io/deadline-seconds=10` or
+    /// `wasmop.io/allowed-namespaces=team-a` (repeatable; see SECURITY.md).
+    #[arg(long = "annotation", value_name = "KEY=VALUE")]
+    annotation: Vec<String>,
 }
 
 fn gz(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
@@ -71,6 +75,10 @@ pub fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     };
     let mut binary = serde_json::Map::new();
     let mut annotations = serde_json::Map::new();
+    for a in &args.annotation {
+        let (k, v) = a.split_once('=').with_context(|| format!("--annotation {a}: expected KEY=VALUE"))?;
+        annotations.insert(k.to_owned(), v.into());
+    }
     let mut total = settings.values().map(String::len).sum::<usize>();
     for (name, bytes) in &plugins {
         annotations.insert(format!("wasmop.io/sha256.{name}"), hex::encode(Sha256::digest(bytes)).into());
