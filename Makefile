@@ -14,9 +14,9 @@ CLUSTER_STATE ?= $(ROOT)/target/cluster
 E2E_STATE ?= $(ROOT)/target/cluster-e2e
 CARGO_COMPONENT_VERSION := 0.21.1
 PLUGINS := memcached sidecarset
-TEST_PLUGINS := probe hostile
+TEST_PLUGINS := probe hostile ring
 
-.PHONY: all setup tools build plugins host deploy-manifests deploy-plugins cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
+.PHONY: all setup tools build plugins host deploy-manifests deploy-plugins bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
 
 all: build
 
@@ -94,6 +94,7 @@ e2e: build plugins-component
 	KUBECONFIG=$(E2E_STATE)/kubeconfig WASMOP_BIN=$(TARGET_DIR)/debug/wasmop WASMOP_PLUGINS=$(WASM_OUT) \
 		cargo test -p wasmop-e2e -- --include-ignored --test-threads=3 || status=$$?; \
 	WASMOP_PLUGINS=$(WASM_OUT) cargo test -p wasmop --bench reconcile_overhead -- --quick || status=$$?; \
+	KUBECONFIG=$(E2E_STATE)/kubeconfig $(MAKE) --no-print-directory bench-smoke || status=$$?; \
 	tests/cluster/down $(E2E_STATE); exit $$status
 
 # up from cold in a separate state folder, then down: nothing of it may be left running.
@@ -104,6 +105,15 @@ test: lint unit cluster-selftest e2e
 
 bench: build
 	@scripts/bench.sh
+
+# Every benchmark scenario once, at a tiny size, so the harness cannot rot (no timing
+# is asserted). Runs inside `make e2e`, on its control plane.
+bench-smoke:
+	scripts/bench-ring.py --quick
+	scripts/bench-admission.py --quick
+	scripts/bench-isolation.py 1 10
+	scripts/bench-converge.sh 3 wasm
+	scripts/bench-converge.sh 3 native
 
 clean: demo-down
 	cargo clean

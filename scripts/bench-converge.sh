@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # N Memcached CRs created at once → seconds until every one has its Deployment, its Pod
 # and Available=True in status; with the host's CPU seconds and peak RSS.
-# Usage: scripts/bench-converge.sh [N] (default 200). Needs `make plugins`; starts (or
-# reuses) the local control plane and a release build of the host.
+# Usage: scripts/bench-converge.sh [N] [wasm|native] (default 200, wasm). Needs `make
+# plugins`; starts (or reuses) the local control plane and a release build of the host.
+# `native` runs the same reconcile code compiled natively under a plain kube-rs
+# Controller (host/examples/memcached_native.rs): the baseline.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 n=${1:-200}
+mode=${2:-wasm}
 target=${CARGO_TARGET_DIR:-$root/target}
-export KUBECONFIG=$root/target/cluster/kubeconfig
-tests/cluster/up >/dev/null
+# An explicit KUBECONFIG (make e2e's own control plane) is used as it is.
+if [ -z "${KUBECONFIG:-}" ]; then
+  export KUBECONFIG=$root/target/cluster/kubeconfig
+  tests/cluster/up >/dev/null
+fi
 cargo build -q -p wasmop --profile bench  # the profile `cargo bench` uses: one build for all benchmarks
+[ "$mode" = native ] && cargo build -q -p wasmop --profile bench --example memcached_native
 kubectl apply -f deploy/crds/memcached.yaml >/dev/null
 kubectl wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=30s >/dev/null
 # A namespace of its own per run: CRs of an earlier run may still be held by finalizers.
@@ -20,7 +27,11 @@ work=$(mktemp -d)
 mkdir -p "$work/plugins"
 cp target/plugins/memcached.wasm "$work/plugins/"
 echo "namespace: $ns" >"$work/plugins/memcached.settings.yaml"
-"$target/release/wasmop" run --plugins-dir "$work/plugins" >"$work/host.log" 2>&1 &
+if [ "$mode" = native ]; then
+  "$target/release/examples/memcached_native" $ns >"$work/host.log" 2>&1 &
+else
+  "$target/release/wasmop" run --plugins-dir "$work/plugins" >"$work/host.log" 2>&1 &
+fi
 host=$!
 # Delete the CRs while the host still runs (it removes their finalizers), then the rest.
 cleanup() {
@@ -48,4 +59,5 @@ cpu1=$(cpu)
 hz=$(getconf CLK_TCK)
 deps=$(kubectl get deployments -n $ns --no-headers | wc -l)
 rss=$(awk '/VmHWM/ {print $2}' "/proc/$host/status")
-printf '| %d Memcacheds (wasm plugin) | %.1f s | %.2f s | %d MiB | %d |\n' "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "($cpu1 - $cpu0) / $hz" | bc -l)" "$((rss / 1024))" "$deps"
+label="wasm plugin in the host"; [ "$mode" = native ] && label="native kube-rs Controller, same code"
+printf "| %d Memcacheds ($label) | %.1f s | %.2f s | %d MiB | %d |\n" "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "($cpu1 - $cpu0) / $hz" | bc -l)" "$((rss / 1024))" "$deps"

@@ -156,18 +156,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let backend: Arc<dyn wasmop::gateway::Backend> = kube.clone();
+    let caches = Arc::new(wasmop::gateway::Caches::default());
     let webhooks = super::webhooks::start(
         &args.webhooks,
         kube.client().clone(),
         registry.clone(),
         backend,
+        caches.clone(),
         until_stop(stopped.clone()),
     )
     .await
     .context("cannot start the webhook server")?;
 
     let client = kube.client().clone();
-    let shared = Arc::new(Shared { kube, runtime, workers: args.workers, health });
+    let shared = Arc::new(Shared { kube, runtime, workers: args.workers, health, caches });
     // Controllers stop taking work and drain in-flight reconciles; whatever is still
     // running after the grace period is abandoned (reconciles are idempotent, and the
     // next leader or start converges it).

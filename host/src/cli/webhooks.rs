@@ -50,6 +50,7 @@ pub async fn start(
     client: kube::Client,
     registry: Arc<Registry>,
     backend: Arc<dyn Backend>,
+    caches: Arc<wasmop::gateway::Caches>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     if !args.webhooks {
@@ -63,8 +64,12 @@ pub async fn start(
         },
     };
     let tls = Tls::load(&source, Some(client.clone())).await?;
-    let reviewer =
-        Arc::new(Reviewer { registry, backend, deadline: Duration::from_secs(args.admission_deadline_seconds) });
+    let reviewer = Arc::new(Reviewer {
+        registry,
+        backend,
+        deadline: Duration::from_secs(args.admission_deadline_seconds),
+        caches,
+    });
     let (addr, task) = wasmop::webhook::serve(args.webhook_bind_address, &tls, reviewer, stop).await?;
     tracing::info!(%addr, "serving admission webhooks");
     match (&tls.ca_pem, args.webhook_configurations.is_empty()) {

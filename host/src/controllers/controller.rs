@@ -14,7 +14,7 @@
 
 use super::backoff::Backoff;
 use super::queue::Queue;
-use crate::gateway::{Backend, EventType, Gateway, KindRef, KubeBackend, ObjectRef};
+use crate::gateway::{Backend, Caches, EventType, Gateway, KindRef, KubeBackend, ObjectRef, PrimaryCache};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
 use crate::registry::Handle;
@@ -23,7 +23,6 @@ use futures::{StreamExt, stream::BoxStream};
 use kube::api::{Api, DynamicObject};
 use kube::discovery::Scope;
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,6 +37,9 @@ pub struct Shared {
     /// trips; more would let one busy plugin take most of the host's instance slots.
     pub workers: usize,
     pub health: Arc<Health>,
+    /// Where synced primary caches are published for cached reads (reconciles and
+    /// admission reviews of the same plugin).
+    pub caches: Arc<Caches>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,7 +49,7 @@ enum Role {
     Watched(usize),
 }
 
-type Cache = Arc<Mutex<HashMap<ObjectRef, Arc<Value>>>>;
+type Cache = crate::gateway::ObjectCache;
 
 /// A running controller; [`Running::stop`] ends it gracefully.
 pub struct Running {
@@ -101,6 +103,13 @@ async fn run(
 
     let queue: Arc<Queue<ObjectRef>> = Queue::new();
     let cache: Cache = Arc::default();
+    let published = Arc::new(PrimaryCache {
+        kind: manifest.primary.clone(),
+        namespaces: (manifest.namespaced && !manifest.namespaces.is_empty()).then(|| manifest.namespaces.clone()),
+        objects: cache.clone(),
+    });
+    // Withdrawn however this controller ends, including being dropped when deposed.
+    let _withdraw = Withdraw(shared.caches.clone(), name.clone(), published.clone());
     let backoff = Arc::new(Mutex::new(Backoff::default()));
     let workers: Vec<_> = (0..shared.workers.max(1))
         .map(|_| {
@@ -135,6 +144,7 @@ async fn run(
                     on_event(&manifest, source.clone(), ev, &cache, &queue, &mut relisting);
                     if done && synced.insert(source) && synced.len() == total_streams {
                         shared.health.controller(&name, true);
+                        shared.caches.publish(&name, published.clone());
                         tracing::info!(plugin = %name, "watches synced");
                     }
                 }
@@ -147,6 +157,14 @@ async fn run(
     }
     shared.health.controller_stopped(&name);
     tracing::info!(plugin = %name, "controller stopped");
+}
+
+struct Withdraw(Arc<Caches>, String, Arc<PrimaryCache>);
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        self.0.withdraw(&self.1, &self.2);
+    }
 }
 
 /// Which watch an event came from: its role and namespace (None: all namespaces).
@@ -292,7 +310,8 @@ impl Worker {
         let plugin = self.handle.load_full();
         let current = self.cache.lock().unwrap().get(key).cloned();
         let backend: Arc<dyn Backend> = self.shared.kube.clone();
-        let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend);
+        let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
+            .with_cache(self.shared.caches.get(&plugin.name));
         let started = Instant::now();
         let result = self
             .shared

@@ -6,12 +6,14 @@
 //! real apiserver ([`KubeBackend`]) or an in-memory cluster ([`MemoryBackend`]) for
 //! offline runs. Nothing here knows about wasm.
 
+mod cache;
 mod error;
 mod events;
 mod kube_backend;
 mod memory;
 mod permissions;
 
+pub use cache::{Caches, ObjectCache, PrimaryCache};
 pub use error::from_kube;
 pub use kube_backend::KubeBackend;
 pub use memory::MemoryBackend;
@@ -66,11 +68,18 @@ pub struct Gateway {
     permissions: Arc<Permissions>,
     backend: Arc<dyn Backend>,
     denied: Arc<AtomicU64>,
+    cache: Option<Arc<PrimaryCache>>,
 }
 
 impl Gateway {
     pub fn new(plugin: &str, permissions: Arc<Permissions>, backend: Arc<dyn Backend>) -> Self {
-        Gateway { plugin: plugin.into(), permissions, backend, denied: Arc::default() }
+        Gateway { plugin: plugin.into(), permissions, backend, denied: Arc::default(), cache: None }
+    }
+
+    /// Answers reads of the plugin's primary kind from `cache` where it can.
+    pub fn with_cache(mut self, cache: Option<Arc<PrimaryCache>>) -> Self {
+        self.cache = cache;
+        self
     }
 
     pub fn plugin(&self) -> &str {
@@ -104,11 +113,17 @@ impl Gateway {
 
     pub async fn get(&self, object: &ObjectRef) -> Result<Value, Error> {
         self.check(&object.kind_ref(), Verb::Get, object.namespace.as_deref())?;
+        if let Some(r) = self.cache.as_ref().and_then(|c| c.get(object)) {
+            return self.counted(Verb::Get, r);
+        }
         self.counted(Verb::Get, self.backend.get(object).await)
     }
 
     pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Value>, Error> {
         self.check(kind, Verb::List, params.namespace.as_deref())?;
+        if let Some(r) = self.cache.as_ref().and_then(|c| c.list(kind, params)) {
+            return self.counted(Verb::List, r);
+        }
         self.counted(Verb::List, self.backend.list(kind, params).await)
     }
 

@@ -258,7 +258,7 @@ impl Runtime {
         store.limiter(|s| s.limiter());
         // Yield to the async runtime on every tick; the timeout below bounds the total.
         store.set_epoch_deadline(1);
-        store.epoch_deadline_async_yield_and_update(1);
+        store.epoch_deadline_callback(throttle());
         if self.config.fuel {
             store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
         }
@@ -290,6 +290,35 @@ impl Runtime {
                 s
             }
         }
+    }
+}
+
+/// Compute ticks (10 ms each) a call may run at full speed. Why 10: a healthy
+/// reconcile or review computes for well under 10 ms; only runaway code gets here.
+const FULL_SPEED_TICKS: u32 = 10;
+/// What a runaway call sleeps per compute tick after that: it keeps at most ~10 % of a
+/// thread until its deadline, so spinning plugins cannot starve healthy ones of CPU.
+const THROTTLE_SLEEP: Duration = Duration::from_millis(90);
+
+/// The epoch callback: yield to the async runtime on every tick; once the call has
+/// computed for `FULL_SPEED_TICKS` consecutive ticks, also sleep. A tick counts as
+/// compute when it follows the previous one closely (a call waiting on a host call
+/// does not reach epoch checks, so after I/O the gap is long).
+fn throttle()
+-> impl FnMut(wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> + Send + Sync + 'static
+{
+    let mut last = std::time::Instant::now();
+    let mut compute = 0u32;
+    move |_| {
+        let now = std::time::Instant::now();
+        if now.duration_since(last) < Duration::from_millis(15) {
+            compute += 1;
+        }
+        last = now;
+        if compute < FULL_SPEED_TICKS {
+            return Ok(wasmtime::UpdateDeadline::Yield(1));
+        }
+        Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(THROTTLE_SLEEP))))
     }
 }
 

@@ -23,6 +23,8 @@ pub struct Reviewer {
     /// 10 s `timeoutSeconds`, and the host must deny clearly before the apiserver gives
     /// up with a bare timeout.
     pub deadline: Duration,
+    /// Synced primary caches (published by this replica's controllers, when it leads).
+    pub caches: Arc<crate::gateway::Caches>,
 }
 
 /// The outcome, for metrics.
@@ -68,7 +70,8 @@ impl Reviewer {
         let Some(h) = loaded.handlers.iter().find(|h| h.name == handler) else {
             return fail(format!("plugin {plugin:?} serves no admission handler {handler:?}"));
         };
-        let gateway = Gateway::new(plugin, loaded.permissions.clone(), self.backend.clone());
+        let gateway =
+            Gateway::new(plugin, loaded.permissions.clone(), self.backend.clone()).with_cache(self.caches.get(plugin));
         let limits =
             crate::runtime::Limits { deadline: self.deadline.min(loaded.limits.deadline), ..loaded.limits.clone() };
         let text = request.to_string();

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Admission throughput and latency: Pod-injection AdmissionReviews against the
+SidecarSet plugin's `inject-pod` handler.
+
+The host runs pinned to one core (`taskset -c 0`, one tokio worker) with a release
+build; the load generator (`host/examples/admission_load.rs`) is a second process on
+the other core, posting over TLS on keep-alive connections. Each review injects two
+sidecars (the SidecarSet is read from the plugin's watch cache, as on a leader).
+Reports the median of RUNS runs.
+
+Usage: scripts/bench-admission.py [--quick]  (needs `make plugins` and a control plane)."""
+
+import os, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+HOST = os.path.join(TARGET, "release", "wasmop")
+LOAD = os.path.join(TARGET, "release", "examples", "admission_load")
+QUICK = "--quick" in sys.argv
+ENV = dict(os.environ)
+ENV.setdefault("KUBECONFIG", os.path.join(ROOT, "target", "cluster", "kubeconfig"))
+RUNS, SECS, CONNS = (1, 2, 4) if QUICK else (5, 10, 8)
+
+SIDECARSET = """apiVersion: apps.kruise.io/v1alpha1
+kind: SidecarSet
+metadata: {name: bench-sidecars}
+spec:
+  namespace: bench-admission
+  selector: {matchLabels: {app: web}}
+  containers:
+  - {name: proxy, image: envoy:1.31, transferEnv: [{sourceContainerName: app, envName: TZ}]}
+  - {name: logs, image: busybox:1.36, podInjectPolicy: AfterAppContainer, shareVolumePolicy: {type: enabled}}
+"""
+
+
+def kubectl(*args, stdin=None, check=True):
+    return subprocess.run(["kubectl", *args], input=stdin, env=ENV, check=check, capture_output=True, text=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def main():
+    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench", "--example", "admission_load"],
+                   cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench"], cwd=ROOT, check=True)
+    kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "deploy", "crds", "sidecarset.yaml"))
+    kubectl("wait", "--for=condition=Established", "crd/sidecarsets.apps.kruise.io")
+    kubectl("create", "namespace", "bench-admission", check=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        plugins = os.path.join(tmp, "plugins")
+        os.mkdir(plugins)
+        subprocess.run(["cp", os.path.join(ROOT, "target", "plugins", "sidecarset.wasm"), plugins], check=True)
+        subprocess.run([LOAD, "certs", tmp], check=True)
+        port = free_port()
+        log = open(os.path.join(tmp, "host.log"), "w")
+        host = subprocess.Popen(
+            ["taskset", "-c", "0", HOST, "run", "--plugins-dir", plugins, "--metrics-bind-address", "127.0.0.1:0",
+             "--webhooks", "--webhook-bind-address", f"127.0.0.1:{port}",
+             "--webhook-cert-file", os.path.join(tmp, "tls.crt"), "--webhook-key-file", os.path.join(tmp, "tls.key")],
+            env=dict(ENV, TOKIO_WORKER_THREADS="1", WASMOP_LOG="warn"), stdout=log, stderr=log)
+        try:
+            # The SidecarSet is admitted by nobody here (no webhook configuration): apply it as is.
+            kubectl("apply", "-f", "-", stdin=SIDECARSET)
+            time.sleep(3)
+            url = f"https://127.0.0.1:{port}/sidecarset/inject-pod"
+            load = ["taskset", "-c", "1", LOAD, "run", url, os.path.join(tmp, "ca.crt"), str(CONNS)]
+            subprocess.run(load + ["2"], check=True, capture_output=True)  # warm-up
+            rows = []
+            for _ in range(RUNS):
+                out = subprocess.run(load + [str(SECS)], check=True, capture_output=True, text=True).stdout.split()
+                rows.append([float(x) for x in out])
+        finally:
+            host.terminate()
+            host.wait(timeout=30)
+            kubectl("delete", "sidecarset", "bench-sidecars", "--wait=false", check=False)
+    rps = statistics.median(r[0] for r in rows)
+    p50 = statistics.median(r[1] for r in rows)
+    p99 = statistics.median(r[2] for r in rows)
+    errors = sum(int(r[3]) for r in rows)
+    print(f"| {CONNS} connections, host on 1 core | {rps:.0f} reviews/s | {p50:.2f} ms | {p99:.2f} ms | {errors} | {RUNS} × {SECS} s |")
+
+
+if __name__ == "__main__":
+    main()
