@@ -45,6 +45,21 @@ def free_port():
     return p
 
 
+def wait_ready(log, timeout=300):
+    """Until /readyz: the plugin is loaded and its SidecarSet cache synced."""
+    end = time.time() + timeout
+    while time.time() < end:
+        addr = next((l.split("addr=")[1].split()[0] for l in open(log) if "serving /metrics" in l), None)
+        if addr:
+            try:
+                if urllib.request.urlopen(f"http://{addr}/readyz", timeout=2).status == 200:
+                    return
+            except Exception:
+                pass
+        time.sleep(0.2)
+    raise RuntimeError("host not ready: " + open(log).read()[-2000:])
+
+
 def main():
     subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench", "--example", "admission_load"],
                    cwd=ROOT, check=True)
@@ -63,11 +78,12 @@ def main():
             ["taskset", "-c", "0", HOST, "run", "--plugins-dir", plugins, "--metrics-bind-address", "127.0.0.1:0",
              "--webhooks", "--webhook-bind-address", f"127.0.0.1:{port}",
              "--webhook-cert-file", os.path.join(tmp, "tls.crt"), "--webhook-key-file", os.path.join(tmp, "tls.key")],
-            env=dict(ENV, TOKIO_WORKER_THREADS="1", WASMOP_LOG="warn"), stdout=log, stderr=log)
+            env=dict(ENV, TOKIO_WORKER_THREADS="1", WASMOP_LOG="warn,wasmop::cli=info"), stdout=log, stderr=log)
         try:
             # The SidecarSet is admitted by nobody here (no webhook configuration): apply it as is.
             kubectl("apply", "-f", "-", stdin=SIDECARSET)
-            time.sleep(3)
+            wait_ready(os.path.join(tmp, "host.log"))
+            time.sleep(1)
             url = f"https://127.0.0.1:{port}/sidecarset/inject-pod"
             load = ["taskset", "-c", "1", LOAD, "run", url, os.path.join(tmp, "ca.crt"), str(CONNS)]
             subprocess.run(load + ["2"], check=True, capture_output=True)  # warm-up
