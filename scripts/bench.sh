@@ -16,11 +16,34 @@ out=$(mktemp)
   echo
   echo "### Convergence on the local control plane"
   echo
-  echo 'Command: `scripts/bench-converge.sh 200` (N CRs applied at once; time until all are Available with their Pod; host CPU and peak RSS from /proc)'
+  echo 'Command: `scripts/bench-converge.sh 1000 wasm|native` (N CRs applied at once; time until all are Available with their Pod; host CPU and peak RSS from /proc)'
   echo
   echo "| scenario | time to converge | host CPU | host peak RSS | Deployments |"
   echo "|---|---|---|---|---|"
-  scripts/bench-converge.sh 200
+  scripts/bench-converge.sh 1000 wasm
+  scripts/bench-converge.sh 1000 native
+  echo
+  echo "### Ring: idle memory and latency per hop"
+  echo
+  echo 'Command: `scripts/bench-ring.py`'
+  echo
+  scripts/bench-ring.py
+  echo
+  echo "### Admission"
+  echo
+  echo 'Command: `scripts/bench-admission.py` (host pinned to one core; load from a second process)'
+  echo
+  echo "| setup | throughput | p50 | p99 | errors | runs |"
+  echo "|---|---|---|---|---|---|"
+  scripts/bench-admission.py
+  echo
+  echo "### A healthy plugin beside hostile ones"
+  echo
+  echo 'Command: `scripts/bench-isolation.py 3 150`'
+  echo
+  echo "| healthy probe plugin | throughput | time for 150 | host CPU | |"
+  echo "|---|---|---|---|---|"
+  scripts/bench-isolation.py 3 150
   echo
   echo "### Hot reload"
   echo
