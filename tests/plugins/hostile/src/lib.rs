@@ -6,7 +6,7 @@
 //! - `grab`: allocates until it has several GiB (the memory cap must stop it);
 //! - `huge`: hands the host a 100 MiB object to create and a 100 MiB log line, and
 //!   returns a 100 MiB error message;
-//! - `flood`: 100 000 log lines and 10 000 Events in one call;
+//! - `flood`: 1 000 Events and 10 000 log lines in one call (ten times each budget);
 //! - `secrets`: reads, lists and creates Secrets it never declared;
 //! - `badjson`: passes malformed JSON to create and update;
 //! - `calm`: does nothing (the throughput benchmark's healthy neighbour).
@@ -56,11 +56,12 @@ impl Reconciler for Hostile {
                 Err(ReconcileError::retry(big))
             }
             "flood" => {
-                for i in 0..100_000 {
-                    ctx.log(LogLevel::Info, &format!("flood line {i}"), &[]);
+                // Ten times each budget (100 Events, 1000 lines).
+                for i in 0..1_000 {
+                    ctx.warning(&req.object, "Flood", &format!("flood event {i}"));
                 }
                 for i in 0..10_000 {
-                    ctx.warning(&req.object, "Flood", &format!("flood event {i}"));
+                    ctx.log(LogLevel::Info, &format!("flood line {i}"), &[]);
                 }
                 Ok(Action::done())
             }
