@@ -10,15 +10,15 @@ Reports the median of RUNS runs.
 
 Usage: scripts/bench-admission.py [--quick]  (needs `make plugins` and a control plane)."""
 
-import os, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import os, socket, statistics, subprocess, sys, tempfile, time
+
+from benchlib import ENV, kubectl, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 HOST = os.path.join(TARGET, "release", "wasmop")
 LOAD = os.path.join(TARGET, "release", "examples", "admission_load")
 QUICK = "--quick" in sys.argv
-ENV = dict(os.environ)
-ENV.setdefault("KUBECONFIG", os.path.join(ROOT, "target", "cluster", "kubeconfig"))
 RUNS, SECS, CONNS = (1, 2, 4) if QUICK else (5, 10, 8)
 
 SIDECARSET = """apiVersion: apps.kruise.io/v1alpha1
@@ -33,31 +33,12 @@ spec:
 """
 
 
-def kubectl(*args, stdin=None, check=True):
-    return subprocess.run(["kubectl", *args], input=stdin, env=ENV, check=check, capture_output=True, text=True)
-
-
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     p = s.getsockname()[1]
     s.close()
     return p
-
-
-def wait_ready(log, timeout=300):
-    """Until /readyz: the plugin is loaded and its SidecarSet cache synced."""
-    end = time.time() + timeout
-    while time.time() < end:
-        addr = next((l.split("addr=")[1].split()[0] for l in open(log) if "serving /metrics" in l), None)
-        if addr:
-            try:
-                if urllib.request.urlopen(f"http://{addr}/readyz", timeout=2).status == 200:
-                    return
-            except Exception:
-                pass
-        time.sleep(0.2)
-    raise RuntimeError("host not ready: " + open(log).read()[-2000:])
 
 
 def main():

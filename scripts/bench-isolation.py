@@ -10,7 +10,9 @@ shared machine hits both; reports medians and the ratio.
 
 Usage: scripts/bench-isolation.py [RUNS] [N]   (needs `make plugins` and a control plane)."""
 
-import os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
+import os, shutil, statistics, subprocess, sys, tempfile, time
+
+from benchlib import ENV, kubectl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -18,13 +20,7 @@ HOST = os.path.join(TARGET, "release", "wasmop")
 PLUGINS = os.path.join(ROOT, "target", "plugins")
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 150
-ENV = dict(os.environ)
-ENV.setdefault("KUBECONFIG", os.path.join(ROOT, "target", "cluster", "kubeconfig"))
 HOSTILE = ["loop"] * 4 + ["grab"] * 4 + ["flood"] * 2 + ["panic", "huge"]
-
-
-def kubectl(*args, stdin=None, check=True):
-    return subprocess.run(["kubectl", *args], input=stdin, env=ENV, check=check, capture_output=True, text=True)
 
 
 def count_sas(ns):

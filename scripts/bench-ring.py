@@ -17,20 +17,16 @@ one by one beside one ring member.
 Usage: scripts/bench-ring.py [--quick]   (needs `make plugins` and a control plane in
 target/cluster; KUBECONFIG overrides it). Prints Markdown tables."""
 
-import os, shutil, statistics, subprocess, sys, tempfile, threading, time, urllib.request
+import os, shutil, statistics, subprocess, sys, tempfile, threading, time
+
+from benchlib import ENV, kubectl, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 HOST = os.path.join(TARGET, "release", "wasmop")
 PLUGINS = os.path.join(ROOT, "target", "plugins")
 QUICK = "--quick" in sys.argv
-ENV = dict(os.environ)
-ENV.setdefault("KUBECONFIG", os.path.join(ROOT, "target", "cluster", "kubeconfig"))
 LAPS = 1 if QUICK else 7
-
-
-def kubectl(*args, stdin=None, check=True):
-    return subprocess.run(["kubectl", *args], input=stdin, env=ENV, check=check, capture_output=True, text=True)
 
 
 def rss_mib(pid):
@@ -48,25 +44,8 @@ class Host:
             env=dict(ENV, WASMOP_LOG="warn,wasmop::cli=info"), stdout=self.log, stderr=self.log)
         self.logpath = self.log.name
 
-    def addr(self):
-        for _ in range(200):
-            for line in open(self.logpath):
-                if "serving /metrics" in line:
-                    return line.split("addr=")[1].split()[0]
-            time.sleep(0.1)
-        raise RuntimeError("host did not start: " + open(self.logpath).read()[-2000:])
-
     def wait_ready(self, timeout=300):
-        addr = self.addr()
-        end = time.time() + timeout
-        while time.time() < end:
-            try:
-                if urllib.request.urlopen(f"http://{addr}/readyz", timeout=2).status == 200:
-                    return
-            except Exception:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("host not ready")
+        wait_ready(self.logpath, timeout)
 
     def idle_rss(self):
         time.sleep(3 if QUICK else 10)

@@ -1,0 +1,27 @@
+"""What the benchmark harnesses share: kubectl against the bench cluster, and waiting
+for a host (started with `--metrics-bind-address 127.0.0.1:0`) to report ready."""
+
+import os, subprocess, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ)
+ENV.setdefault("KUBECONFIG", os.path.join(ROOT, "target", "cluster", "kubeconfig"))
+
+
+def kubectl(*args, stdin=None, check=True):
+    return subprocess.run(["kubectl", *args], input=stdin, env=ENV, check=check, capture_output=True, text=True)
+
+
+def wait_ready(log, timeout=300):
+    """Until the host whose log is at `log` answers 200 on /readyz."""
+    end = time.time() + timeout
+    while time.time() < end:
+        addr = next((l.split("addr=")[1].split()[0] for l in open(log) if "serving /metrics" in l), None)
+        if addr:
+            try:
+                if urllib.request.urlopen(f"http://{addr}/readyz", timeout=2).status == 200:
+                    return
+            except Exception:
+                pass
+        time.sleep(0.2)
+    raise RuntimeError("host not ready: " + open(log).read()[-2000:])
