@@ -109,6 +109,20 @@ fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
     eprintln!("hot reload: apply → v2 loaded in {:?} (not asserted; see BENCHMARKS.md)", started.elapsed());
     apply(&probe_cm(&ns.0, "a", "2")).map_err(|e| anyhow!(e))?;
     expect(&ns.0, "a", "2", "v2")?;
+    // v2 served first from Winch's code; Cranelift's replaces it in the background
+    // and serves the next reconcile just the same.
+    let out = Command::new("sha256sum").arg(plugin_path("probe-v2.wasm")).output()?;
+    let sha = String::from_utf8(out.stdout)?.split_whitespace().next().unwrap_or_default().to_owned();
+    eventually("v2's code optimized", Duration::from_secs(60), || {
+        let logs = host.logs();
+        if logs.contains(&format!("sha256={sha}")) && logs.contains(&format!("plugin code optimized sha256={sha}")) {
+            Ok(())
+        } else {
+            bail!("not yet")
+        }
+    })?;
+    apply(&probe_cm(&ns.0, "a", "2b")).map_err(|e| anyhow!(e))?;
+    expect(&ns.0, "a", "2b", "v2")?;
 
     // Rejected versions: an Event on the ConfigMap each time, and v2 keeps serving.
     let not_a_plugin = std::fs::read(plugin_path("not-a-plugin.wasm"))?;

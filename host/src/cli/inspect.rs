@@ -11,7 +11,7 @@ pub async fn inspect(path: &Path, settings: Option<&Path>) -> anyhow::Result<Exi
     let settings = super::read_settings(settings)?;
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin");
     let manifest = rt.manifest(&compiled, name, &settings, &Limits::default()).await?;
-    let (imports, exports) = compiled.interfaces(rt.engine());
+    let (imports, exports) = compiled.interfaces();
     let perms = Permissions::from_manifest(&manifest);
     let grants: Vec<serde_json::Value> = perms
         .grants()

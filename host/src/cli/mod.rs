@@ -59,6 +59,8 @@ pub(crate) async fn load(
     let bytes = wasmop::sources::bytes::decode(&raw).with_context(|| path.display().to_string())?;
     let rt = std::sync::Arc::new(wasmop::runtime::Runtime::new(wasmop::runtime::RuntimeConfig {
         max_instances: 4,
+        // One-shot commands: the quickest compile wins.
+        compiler: wasmop::runtime::Compiler::Baseline,
         ..Default::default()
     })?);
     let compiled = {

@@ -27,6 +27,9 @@ pub struct RunArgs {
     /// Keep compiled plugin code in this directory across restarts (only the host may write it).
     #[arg(long, env = "WASMOP_COMPILE_CACHE_DIR")]
     compile_cache_dir: Option<PathBuf>,
+    /// Compiler for plugin code: tiered (Winch at once, Cranelift in the background), optimizing (Cranelift only) or baseline (Winch only).
+    #[arg(long, env = "WASMOP_PLUGIN_COMPILER", value_enum, default_value_t = wasmop::runtime::Compiler::Tiered)]
+    plugin_compiler: wasmop::runtime::Compiler,
     /// Concurrent reconciles per plugin.
     #[arg(long, env = "WASMOP_WORKERS", default_value_t = 4)]
     workers: usize,
@@ -105,6 +108,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         max_instances: args.max_instances,
         memory_ceiling: (args.plugin_memory_ceiling_mib.max(args.plugin_memory_mib)) << 20,
         fuel: args.plugin_fuel > 0,
+        compiler: args.plugin_compiler,
         ..Default::default()
     })?);
     let limits = Limits {

@@ -1,7 +1,7 @@
 //! The `admission` export: which handlers a plugin serves, and one review.
 
 use super::bindings::exports::wasmop::operator::admission as adm;
-use super::{Compiled, Limits, Runtime, RuntimeError, convert};
+use super::{Code, Compiled, Limits, Runtime, RuntimeError, convert};
 use crate::gateway::Gateway;
 use wasmop_sdk::{Handler, Operation};
 
@@ -15,9 +15,11 @@ impl Runtime {
         settings: &str,
         limits: &Limits,
     ) -> Result<Vec<Handler>, RuntimeError> {
-        let Some(idx) = &c.admission else { return Ok(Vec::new()) };
+        if !c.serves_admission() {
+            return Ok(Vec::new());
+        }
         let hs = self
-            .call(c, name, None, limits, async |i, s| idx.load(&mut *s, i)?.call_handlers(s, settings).await)
+            .call(c, name, None, limits, async |code, i, s| export(code)?.load(&mut *s, i)?.call_handlers(s, settings).await)
             .await?;
         Ok(hs.into_iter().map(handler).collect())
     }
@@ -33,15 +35,20 @@ impl Runtime {
         request: &str,
         limits: &Limits,
     ) -> Result<Result<String, String>, RuntimeError> {
-        let Some(idx) = &c.admission else {
+        if !c.serves_admission() {
             return Ok(Err("the plugin exports no admission interface".into()));
-        };
+        }
         let name = gateway.plugin().to_owned();
-        self.call(c, &name, Some((gateway, None)), limits, async |i, s| {
-            idx.load(&mut *s, i)?.call_review(s, handler, settings, request).await
+        self.call(c, &name, Some((gateway, None)), limits, async |code, i, s| {
+            export(code)?.load(&mut *s, i)?.call_review(s, handler, settings, request).await
         })
         .await
     }
+}
+
+/// Both tiers link the same bytes, so a plugin that served admission still does.
+fn export(code: &Code) -> wasmtime::Result<&adm::GuestIndices> {
+    code.admission.as_ref().ok_or_else(|| wasmtime::Error::msg("the plugin exports no admission interface"))
 }
 
 fn handler(h: adm::Handler) -> Handler {

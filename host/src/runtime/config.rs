@@ -61,6 +61,8 @@ pub struct RuntimeConfig {
     /// Meter fuel, so `Limits::fuel` can bound the work of one call. Off by default:
     /// the wall-clock deadline already bounds a call, and metering costs some speed.
     pub fuel: bool,
+    /// Which compiler makes plugin code; see [`super::Compiler`].
+    pub compiler: super::Compiler,
 }
 
 impl Default for RuntimeConfig {
@@ -71,6 +73,7 @@ impl Default for RuntimeConfig {
             tick: Duration::from_millis(10),
             cache_dir: None,
             fuel: false,
+            compiler: super::Compiler::default(),
         }
     }
 }

@@ -1,10 +1,12 @@
 //! The runtime: the only place that touches wasmtime.
 //!
-//! One [`Runtime`] holds the Engine (pooling allocator, epoch interruption driven by a
-//! ticker thread) and the Linker with the contract's imports and a locked-down WASI.
+//! One [`Runtime`] holds the engines (Cranelift with a pooling allocator, and Winch for
+//! quick loads — see `tiers`), with epoch interruption driven by a ticker thread, and
+//! their Linkers with the contract's imports and a locked-down WASI.
 //! [`Runtime::compile`] turns plugin bytes into a [`Compiled`] (Component + pre-checked
-//! instantiation); each call then gets a **fresh Store**, so no state survives between
-//! reconciles and a trapped instance is simply dropped.
+//! instantiation) and [`Runtime::optimize`] later swaps in Cranelift's code; each call
+//! gets a **fresh Store**, so no state survives between reconciles and a trapped
+//! instance is simply dropped.
 //!
 //! Every call is bounded: a wall-clock deadline (the epoch ticker makes the guest yield
 //! every tick, so a spinning plugin never blocks a runtime thread and the deadline can
@@ -18,61 +20,31 @@ mod convert;
 mod error;
 mod host;
 mod output;
+mod tiers;
 
-use bindings::WebhookPlugin as PluginBindings;
-use bindings::exports::wasmop::operator::admission::GuestIndices as AdmissionIndices;
-use bindings::exports::wasmop::operator::reconciler::GuestIndices as ReconcilerIndices;
 use host::HostState;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmop_sdk::{Action, Manifest, ObjectRef, ReconcileError};
-use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder};
+use wasmtime::component::Component;
+use wasmtime::{Engine, Store, StoreLimitsBuilder};
 
 use crate::gateway::Gateway;
 use config::DESCRIBE_DEADLINE;
 pub use config::{Limits, RuntimeConfig};
 use error::classify;
 pub use error::{RuntimeError, TrapKind};
-
-/// A compiled plugin, ready to instantiate. Cheap to clone.
-#[derive(Clone)]
-pub struct Compiled {
-    pre: InstancePre<HostState>,
-    reconciler: ReconcilerIndices,
-    /// None: the plugin was built for the `plugin` world and serves no webhooks.
-    admission: Option<AdmissionIndices>,
-    size: usize,
-}
-
-impl Compiled {
-    /// Size of the component's bytes.
-    pub fn size(&self) -> usize {
-        self.size
-    }
-
-    /// Whether the component exports the `admission` interface.
-    pub fn serves_admission(&self) -> bool {
-        self.admission.is_some()
-    }
-
-    /// The names of the component's imports and exports, for `wasmop inspect`.
-    pub fn interfaces(&self, engine: &Engine) -> (Vec<String>, Vec<String>) {
-        let ty = self.pre.component().component_type();
-        (
-            ty.imports(engine).map(|(n, _)| n.to_owned()).collect(),
-            ty.exports(engine).map(|(n, _)| n.to_owned()).collect(),
-        )
-    }
-}
+use tiers::{Code, Tier};
+pub use tiers::{Compiled, Compiler};
 
 /// A plugin's instance cap and its semaphore.
 type PluginSlots = (u32, Arc<tokio::sync::Semaphore>);
 
 /// See the module docs.
 pub struct Runtime {
-    engine: Engine,
-    linker: Linker<HostState>,
+    optimizing: Tier,
+    /// None with `Compiler::Optimizing`, or where Winch cannot build an engine.
+    baseline: Option<Tier>,
     slots: Arc<tokio::sync::Semaphore>,
     /// Per plugin name: (capacity, slots).
     plugin_slots: std::sync::Mutex<std::collections::HashMap<Arc<str>, PluginSlots>>,
@@ -81,90 +53,121 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        let mut pool = PoolingAllocationConfig::default();
-        let n = config.max_instances.max(1);
-        pool.total_component_instances(n + 2)
-            .total_core_instances((n + 2) * 10)
-            .total_memories((n + 2) * 2)
-            .total_tables((n + 2) * 4)
-            .max_memories_per_component(2)
-            .max_memory_size(config.memory_ceiling)
-            .total_stacks(n + 2);
-        let mut cfg = Config::new();
-        cfg.wasm_component_model(true)
-            .epoch_interruption(true)
-            .consume_fuel(config.fuel)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
-            // Plugins are at most a few MiB of code: keep reservations small.
-            .memory_reservation(config.memory_ceiling as u64)
-            .memory_guard_size(64 << 10)
-            .memory_reservation_for_growth(0);
-        let engine = Engine::new(&cfg).map_err(|e| RuntimeError::Compile(format!("engine: {e}")))?;
+        let optimizing = Tier::optimizing(&config)?;
+        let baseline = match config.compiler {
+            Compiler::Optimizing => None,
+            Compiler::Tiered | Compiler::Baseline => match Tier::baseline(&config) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::warn!("the baseline compiler is unavailable, compiling with Cranelift only: {e}");
+                    None
+                }
+            },
+        };
 
-        let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| RuntimeError::Compile(e.to_string()))?;
-        PluginBindings::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| RuntimeError::Compile(e.to_string()))?;
-
-        let weak = engine.weak();
+        let weak: Vec<_> = std::iter::once(&optimizing).chain(&baseline).map(|t| t.engine.weak()).collect();
         let tick = config.tick;
         std::thread::Builder::new()
             .name("wasmop-epoch".into())
             .spawn(move || {
-                while let Some(engine) = weak.upgrade() {
+                while let Some(engine) = weak[0].upgrade() {
                     engine.increment_epoch();
+                    for w in &weak[1..] {
+                        if let Some(e) = w.upgrade() {
+                            e.increment_epoch();
+                        }
+                    }
                     drop(engine);
                     std::thread::sleep(tick);
                 }
             })
             .map_err(|e| RuntimeError::Compile(format!("epoch thread: {e}")))?;
 
+        let n = config.max_instances.max(1);
         Ok(Runtime {
-            engine,
-            linker,
+            optimizing,
+            baseline,
             slots: Arc::new(tokio::sync::Semaphore::new(n as usize)),
             plugin_slots: Default::default(),
             config,
         })
     }
 
+    /// The engine of the optimizing tier, whose code is cached on disk.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.optimizing.engine
     }
 
-    /// Compiles and type-checks plugin bytes. CPU-heavy: run it off the async runtime
+    /// Compiles and type-checks plugin bytes: with Winch when tiered (then call
+    /// [`Runtime::optimize`] off the hot path), Cranelift code from the cache
+    /// directory when it is there. CPU-heavy: run it off the async runtime
     /// (`spawn_blocking`).
     pub fn compile(&self, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
         check_header(bytes)?;
-        let component = self.component(bytes)?;
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
-        let reconciler = ReconcilerIndices::new(&pre).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
-        let admission = AdmissionIndices::new(&pre).ok();
-        Ok(Compiled { pre, reconciler, admission, size: bytes.len() })
-    }
-
-    /// Compiles, or loads the code compiled earlier from the cache directory.
-    fn component(&self, bytes: &[u8]) -> Result<Component, RuntimeError> {
-        let compile = || Component::new(&self.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")));
-        let Some(dir) = &self.config.cache_dir else { return compile() };
-        use sha2::Digest;
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.engine.precompile_compatibility_hash().hash(&mut h);
-        let path = dir.join(format!("{}-{:016x}.cwasm", hex::encode(sha2::Sha256::digest(bytes)), h.finish()));
-        if path.exists() {
-            // SAFETY: the cache directory is written only by this host (see `cache_dir`),
-            // and the file name binds the code to these exact bytes and this engine.
-            match unsafe { Component::deserialize_file(&self.engine, &path) } {
-                Ok(c) => return Ok(c),
-                Err(e) => tracing::warn!(path = %path.display(), "ignoring unreadable cached code: {e}"),
+        if let Some(component) = self.cached(bytes) {
+            return Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len()));
+        }
+        if let Some(baseline) = &self.baseline {
+            match Component::new(&baseline.engine, bytes) {
+                Ok(component) => return Ok(Compiled::new(baseline.code(&component, false)?, bytes.len())),
+                // Winch does not take every proposal Cranelift does; such a plugin
+                // just loads at the slower pace.
+                Err(e) => tracing::debug!("baseline compile failed, using Cranelift: {e:#}"),
             }
         }
-        let component = compile()?;
+        let component = self.compile_optimized(bytes)?;
+        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len()))
+    }
+
+    /// Whether `c` still runs baseline code that [`Runtime::optimize`] should replace.
+    pub fn wants_optimizing(&self, c: &Compiled) -> bool {
+        self.config.compiler == Compiler::Tiered && !c.optimized()
+    }
+
+    /// Replaces `c`'s code with Cranelift's (compiled now, or loaded from the cache).
+    /// Calls that start afterwards run the new code. CPU-heavy, like `compile`.
+    pub fn optimize(&self, c: &Compiled, bytes: &[u8]) -> Result<(), RuntimeError> {
+        let component = match self.cached(bytes) {
+            Some(c) => c,
+            None => self.compile_optimized(bytes)?,
+        };
+        c.replace(self.optimizing.code(&component, true)?);
+        Ok(())
+    }
+
+    /// Where `bytes`' Cranelift code lives in the cache directory: the name binds the
+    /// code to these exact bytes and this engine's settings.
+    fn cache_path(&self, bytes: &[u8]) -> Option<std::path::PathBuf> {
+        use sha2::Digest;
+        use std::hash::{Hash, Hasher};
+        let dir = self.config.cache_dir.as_ref()?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.optimizing.engine.precompile_compatibility_hash().hash(&mut h);
+        Some(dir.join(format!("{}-{:016x}.cwasm", hex::encode(sha2::Sha256::digest(bytes)), h.finish())))
+    }
+
+    fn cached(&self, bytes: &[u8]) -> Option<Component> {
+        let path = self.cache_path(bytes).filter(|p| p.exists())?;
+        // SAFETY: the cache directory is written only by this host (see `cache_dir`),
+        // and the file name binds the code to these exact bytes and this engine.
+        match unsafe { Component::deserialize_file(&self.optimizing.engine, &path) } {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "ignoring unreadable cached code: {e}");
+                None
+            }
+        }
+    }
+
+    /// Compiles with Cranelift and keeps the code in the cache directory, if any.
+    fn compile_optimized(&self, bytes: &[u8]) -> Result<Component, RuntimeError> {
+        let component =
+            Component::new(&self.optimizing.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
+        let Some(path) = self.cache_path(bytes) else { return Ok(component) };
         match component.serialize() {
             Ok(code) => {
                 let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-                if let Err(e) = std::fs::create_dir_all(dir)
+                if let Err(e) = std::fs::create_dir_all(path.parent().unwrap_or(&path))
                     .and_then(|_| std::fs::write(&tmp, code))
                     .and_then(|_| std::fs::rename(&tmp, &path))
                 {
@@ -187,7 +190,7 @@ impl Runtime {
     ) -> Result<Manifest, RuntimeError> {
         let limits = Limits { deadline: limits.deadline.min(DESCRIBE_DEADLINE), ..limits.clone() };
         let r = self
-            .call(c, name, None, &limits, async |i, s| c.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await)
+            .call(c, name, None, &limits, async |code, i, s| code.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await)
             .await?;
         r.map(convert::manifest).map_err(RuntimeError::Manifest)
     }
@@ -210,8 +213,8 @@ impl Runtime {
         };
         let name = gateway.plugin().to_owned();
         let r = self
-            .call(c, &name, Some((gateway, Some(object.clone()))), limits, async |i, s| {
-                c.reconciler.load(&mut *s, i)?.call_reconcile(s, &req).await
+            .call(c, &name, Some((gateway, Some(object.clone()))), limits, async |code, i, s| {
+                code.reconciler.load(&mut *s, i)?.call_reconcile(s, &req).await
             })
             .await?;
         Ok(match r {
@@ -226,7 +229,7 @@ impl Runtime {
         name: &str,
         gateway: Option<(Gateway, Option<ObjectRef>)>,
         limits: &Limits,
-        f: impl AsyncFnOnce(&wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&Code, &wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, RuntimeError> {
         let plugin: Arc<str> = name.into();
         // The plugin's own slot first: a plugin at its cap waits without holding a
@@ -254,7 +257,10 @@ impl Runtime {
             log_budget: limits.log_lines,
             event_budget: limits.events,
         };
-        let mut store = Store::new(&self.engine, state);
+        // The code current when the call starts serves the whole call, even if a tier-up
+        // lands meanwhile.
+        let code = c.current();
+        let mut store = Store::new(code.pre.engine(), state);
         store.limiter(|s| s.limiter());
         // Yield to the async runtime on every tick; the timeout below bounds the total.
         store.set_epoch_deadline(1);
@@ -264,8 +270,8 @@ impl Runtime {
         }
 
         let run = async {
-            let instance = c.pre.instantiate_async(&mut store).await?;
-            f(&instance, &mut store).await
+            let instance = code.pre.instantiate_async(&mut store).await?;
+            f(&code, &instance, &mut store).await
         };
         let r = match tokio::time::timeout(limits.deadline, run).await {
             Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
@@ -345,12 +351,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cfg = RuntimeConfig { max_instances: 2, cache_dir: Some(dir.path().into()), ..Default::default() };
         let rt = Runtime::new(cfg).unwrap();
-        rt.component(empty_component).unwrap();
+        rt.compile_optimized(empty_component).unwrap();
         use std::os::unix::fs::MetadataExt;
         let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
         assert_eq!(files.len(), 1, "one cached artefact");
         let inode = std::fs::metadata(&files[0]).unwrap().ino();
-        rt.component(empty_component).unwrap();
+        assert!(rt.cached(empty_component).is_some(), "loaded from the cache");
         assert_eq!(std::fs::metadata(&files[0]).unwrap().ino(), inode, "loaded from the cache, not rewritten");
         // It is not a plugin, and says so, whether compiled or cached.
         assert!(matches!(rt.compile(empty_component), Err(RuntimeError::WrongWorld(_))));
