@@ -107,13 +107,16 @@ bench: build
 	@scripts/bench.sh
 
 # Every benchmark scenario once, at a tiny size, so the harness cannot rot (no timing
-# is asserted). Runs inside `make e2e`, on its control plane.
+# is asserted). Runs inside `make e2e`, on its control plane, with the debug build the
+# tests made: figures come from `make bench`.
+bench-smoke: export WASMOP_BENCH_PROFILE = dev
 bench-smoke:
 	scripts/bench-ring.py --quick
 	scripts/bench-admission.py --quick
 	scripts/bench-isolation.py 1 10
 	scripts/bench-converge.sh 3 wasm
 	scripts/bench-converge.sh 3 native
+	scripts/bench-reload.py 1
 
 clean: demo-down
 	cargo clean

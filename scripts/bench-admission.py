@@ -12,12 +12,9 @@ Usage: scripts/bench-admission.py [--quick]  (needs `make plugins` and a control
 
 import os, socket, statistics, subprocess, sys, tempfile, time
 
-from benchlib import ENV, kubectl, wait_ready
+from benchlib import ENV, HOST, build, kubectl, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-HOST = os.path.join(TARGET, "release", "wasmop")
-LOAD = os.path.join(TARGET, "release", "examples", "admission_load")
 QUICK = "--quick" in sys.argv
 RUNS, SECS, CONNS = (1, 2, 4) if QUICK else (5, 10, 8)
 
@@ -42,9 +39,8 @@ def free_port():
 
 
 def main():
-    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench", "--example", "admission_load"],
-                   cwd=ROOT, check=True)
-    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench"], cwd=ROOT, check=True)
+    LOAD = build("admission_load")
+    build()
     kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "deploy", "crds", "sidecarset.yaml"))
     kubectl("wait", "--for=condition=Established", "crd/sidecarsets.apps.kruise.io")
     kubectl("create", "namespace", "bench-admission", check=False)

@@ -2,7 +2,7 @@
 # N Memcached CRs created at once → seconds until every one has its Deployment, its Pod
 # and Available=True in status; with the host's CPU seconds and peak RSS.
 # Usage: scripts/bench-converge.sh [N] [wasm|native] (default 200, wasm). Needs `make
-# plugins`; starts (or reuses) the local control plane and a release build of the host.
+# plugins`; starts (or reuses) the local control plane and an optimized build of the host (WASMOP_BENCH_PROFILE, as in scripts/benchlib.py).
 # `native` runs the same reconcile code compiled natively under a plain kube-rs
 # Controller (host/examples/memcached_native.rs): the baseline.
 set -euo pipefail
@@ -16,8 +16,12 @@ if [ -z "${KUBECONFIG:-}" ]; then
   export KUBECONFIG=$root/target/cluster/kubeconfig
   tests/cluster/up >/dev/null
 fi
-cargo build -q -p wasmop --profile bench  # the profile `cargo bench` uses: one build for all benchmarks
-[ "$mode" = native ] && cargo build -q -p wasmop --profile bench --example memcached_native
+# The profile `cargo bench` uses (one build for all benchmarks); `make bench-smoke` sets
+# dev to reuse the tests' debug build (see scripts/benchlib.py).
+profile=${WASMOP_BENCH_PROFILE:-bench}
+out=$target/$([ "$profile" = dev ] && echo debug || echo release)
+cargo build -q -p wasmop --profile "$profile"
+if [ "$mode" = native ]; then cargo build -q -p wasmop --profile "$profile" --example memcached_native; fi
 kubectl apply -f deploy/crds/memcached.yaml >/dev/null
 kubectl wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=30s >/dev/null
 # A namespace of its own per run: CRs of an earlier run may still be held by finalizers.
@@ -28,9 +32,9 @@ mkdir -p "$work/plugins"
 cp target/plugins/memcached.wasm "$work/plugins/"
 echo "namespace: $ns" >"$work/plugins/memcached.settings.yaml"
 if [ "$mode" = native ]; then
-  "$target/release/examples/memcached_native" $ns >"$work/host.log" 2>&1 &
+  "$out/examples/memcached_native" $ns >"$work/host.log" 2>&1 &
 else
-  "$target/release/wasmop" run --plugins-dir "$work/plugins" >"$work/host.log" 2>&1 &
+  "$out/wasmop" run --plugins-dir "$work/plugins" >"$work/host.log" 2>&1 &
 fi
 host=$!
 # Delete the CRs while the host still runs (it removes their finalizers), then the rest.

@@ -12,11 +12,9 @@ Usage: scripts/bench-isolation.py [RUNS] [N]   (needs `make plugins` and a contr
 
 import os, shutil, statistics, subprocess, sys, tempfile, time
 
-from benchlib import ENV, kubectl
+from benchlib import ENV, HOST, build, kubectl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-HOST = os.path.join(TARGET, "release", "wasmop")
 PLUGINS = os.path.join(ROOT, "target", "plugins")
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 150
@@ -65,7 +63,7 @@ def run(hostile, i):
 
 
 def main():
-    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench"], cwd=ROOT, check=True)
+    build()
     quiet, noisy = [], []
     for r in range(RUNS):
         quiet.append(run(False, f"q{r}-{os.getpid()}"))

@@ -13,15 +13,12 @@ plane: tests/cluster/up)."""
 
 import datetime, os, re, subprocess, sys, tempfile, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-# `--profile bench` (what `cargo bench` uses) writes to target/release.
-HOST = os.path.join(TARGET, "release", "wasmop")
+from benchlib import ENV, HOST, ROOT, build, kubectl
+
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 NS = "bench-reload"
 # WASMOP_PLUGIN_COMPILER=optimizing measures Cranelift-only loads for comparison.
 TIERED = os.environ.get("WASMOP_PLUGIN_COMPILER", "tiered") == "tiered"
-ENV = dict(os.environ, KUBECONFIG=os.path.join(ROOT, "target", "cluster", "kubeconfig"))
 
 
 def leb(n):
@@ -38,10 +35,6 @@ def with_custom_section(wasm, text):
     name = b"wasmop-bench"
     payload = leb(len(name)) + name + text.encode()
     return wasm + b"\x00" + leb(len(payload)) + payload
-
-
-def kubectl(*args, stdin=None):
-    return subprocess.run(["kubectl", *args], input=stdin, env=ENV, check=True, capture_output=True)
 
 
 def loaded_times(log, plugin):
@@ -69,7 +62,7 @@ def median(xs):
 
 
 def main():
-    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench"], cwd=ROOT, check=True)
+    build()
     subprocess.run(f"kubectl create namespace {NS} --dry-run=client -o yaml | kubectl apply -f -", shell=True, env=ENV, check=True, capture_output=True)
     work = tempfile.mkdtemp()
     log = os.path.join(work, "host.log")
@@ -89,7 +82,7 @@ def main():
                     settings = os.path.join(work, "s.yaml")
                     open(settings, "w").write(f"namespace: {NS}\nround: {series} {r}\n")
                     cm = subprocess.run([HOST, "pack", path, "--name", f"bench-{plugin}", "--namespace", NS, "--settings", f"{plugin}={settings}"],
-                                        check=True, capture_output=True).stdout
+                                        check=True, capture_output=True, text=True).stdout
                     before = len(loaded_times(log, plugin))
                     optimized_before = count(log, "plugin code optimized")
                     t0 = time.time()

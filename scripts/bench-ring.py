@@ -19,11 +19,9 @@ target/cluster; KUBECONFIG overrides it). Prints Markdown tables."""
 
 import os, shutil, statistics, subprocess, sys, tempfile, threading, time
 
-from benchlib import ENV, kubectl, wait_ready
+from benchlib import ENV, HOST, build, kubectl, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-HOST = os.path.join(TARGET, "release", "wasmop")
 PLUGINS = os.path.join(ROOT, "target", "plugins")
 QUICK = "--quick" in sys.argv
 LAPS = 1 if QUICK else 7
@@ -119,7 +117,7 @@ def cleanup(n):
 
 
 def main():
-    subprocess.run(["cargo", "build", "-q", "-p", "wasmop", "--profile", "bench"], cwd=ROOT, check=True)
+    build()
     for crd in ("memcached", "sidecarset"):
         kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "deploy", "crds", f"{crd}.yaml"))
     sizes = [1, 10] if QUICK else [1, 10, 50, 100]

@@ -1,9 +1,19 @@
-"""What the benchmark harnesses share: kubectl against the bench cluster, and waiting
-for a host (started with `--metrics-bind-address 127.0.0.1:0`) to report ready."""
+"""What the benchmark harnesses share: the build they measure, kubectl against the
+bench cluster, and waiting for a host (started with `--metrics-bind-address
+127.0.0.1:0`) to report ready.
+
+WASMOP_BENCH_PROFILE picks the cargo profile: `bench` (default: what `cargo bench`
+uses, optimized) for figures, `dev` for `make bench-smoke`, which only proves the
+harnesses still run and so reuses the debug build the tests made."""
 
 import os, subprocess, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+PROFILE = os.environ.get("WASMOP_BENCH_PROFILE", "bench")
+# `--profile bench` writes to target/release, `dev` to target/debug.
+OUT = os.path.join(TARGET, "debug" if PROFILE == "dev" else "release")
+HOST = os.path.join(OUT, "wasmop")
 ENV = dict(os.environ)
 ENV.setdefault("KUBECONFIG", os.path.join(ROOT, "target", "cluster", "kubeconfig"))
 
@@ -25,3 +35,12 @@ def wait_ready(log, timeout=300):
                 pass
         time.sleep(0.2)
     raise RuntimeError("host not ready: " + open(log).read()[-2000:])
+
+
+def build(example=None):
+    """The host (or one of its examples) in the chosen profile; returns the binary."""
+    args = ["cargo", "build", "-q", "-p", "wasmop", "--profile", PROFILE]
+    if example:
+        args += ["--example", example]
+    subprocess.run(args, cwd=ROOT, check=True)
+    return os.path.join(OUT, "examples", example) if example else HOST

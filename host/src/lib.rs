@@ -17,4 +17,5 @@ pub mod metrics;
 pub mod registry;
 pub mod runtime;
 pub mod sources;
+pub mod trim;
 pub mod webhook;

@@ -125,6 +125,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         max_instances: args.max_instances,
     };
     let registry = Registry::new(runtime.clone());
+    // An idle host gives back what bursts of work left in the heap.
+    let _trim = wasmop::trim::periodically(wasmop::trim::INTERVAL);
 
     let (tx, rx) = mpsc::channel(64);
     let mut sources: Vec<Box<dyn PluginSource>> = Vec::new();

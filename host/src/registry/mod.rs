@@ -233,7 +233,7 @@ impl Registry {
         let b = bytes.clone();
         let compiled = tokio::task::spawn_blocking(move || {
             let c = rt.compile(&b);
-            release_compile_memory();
+            crate::trim::release();
             c
         })
         .await
@@ -267,21 +267,10 @@ impl Registry {
                     Err(e) => tracing::warn!(sha256 = %hex::encode(digest), "cannot optimize plugin code: {e}"),
                 }
                 drop(c);
-                release_compile_memory();
+                crate::trim::release();
             })
             .await;
         });
-    }
-}
-
-/// Cranelift allocates tens of MiB while compiling and frees them; glibc keeps freed
-/// heap pages resident unless asked. Returning them keeps an idle host small (the
-/// figures are in BENCHMARKS.md).
-fn release_compile_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap pages to the OS; it is thread-safe.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

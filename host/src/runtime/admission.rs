@@ -19,7 +19,9 @@ impl Runtime {
             return Ok(Vec::new());
         }
         let hs = self
-            .call(c, name, None, limits, async |code, i, s| export(code)?.load(&mut *s, i)?.call_handlers(s, settings).await)
+            .call(c, name, None, limits, async |code, i, s| {
+                export(code)?.load(&mut *s, i)?.call_handlers(s, settings).await
+            })
             .await?;
         Ok(hs.into_iter().map(handler).collect())
     }

@@ -190,7 +190,9 @@ impl Runtime {
     ) -> Result<Manifest, RuntimeError> {
         let limits = Limits { deadline: limits.deadline.min(DESCRIBE_DEADLINE), ..limits.clone() };
         let r = self
-            .call(c, name, None, &limits, async |code, i, s| code.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await)
+            .call(c, name, None, &limits, async |code, i, s| {
+                code.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await
+            })
             .await?;
         r.map(convert::manifest).map_err(RuntimeError::Manifest)
     }
