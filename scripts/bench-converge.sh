@@ -46,6 +46,11 @@ cleanup() {
 }
 trap cleanup EXIT
 until grep -q "controller started" "$work/host.log"; do sleep 0.1; done
+# The host compiles the plugin once per version (tiered: Winch, then Cranelift in the
+# background); that is not reconcile work, so the CPU count starts after it.
+if [ "$mode" = wasm ]; then
+  for _ in $(seq 1 600); do grep -q "plugin code optimized" "$work/host.log" && break; sleep 0.1; done
+fi
 for i in $(seq 1 "$n"); do
   printf -- "---\napiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {name: m%04d, namespace: %s}\nspec: {size: 1}\n" "$i" "$ns"
 done >"$work/crs.yaml"

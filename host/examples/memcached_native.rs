@@ -22,6 +22,9 @@ use wasmop_sdk::{Cluster, Context, EventType, KindRef, ListParams, LogLevel, Obj
 struct Native {
     backend: Arc<KubeBackend>,
     rt: tokio::runtime::Handle,
+    /// Uids of the Memcacheds being reconciled, so an Event needs no GET: what the
+    /// host's watch cache gives its plugins, and kube-rs's Recorder its callers.
+    uids: std::sync::Mutex<std::collections::HashMap<ObjectRef, String>>,
 }
 
 impl Native {
@@ -52,7 +55,8 @@ impl Cluster for Native {
         self.block(self.backend.delete(o))
     }
     fn record_event(&self, regarding: &ObjectRef, t: EventType, reason: &str, message: &str) {
-        self.block(self.backend.record_event("memcached-native", regarding, t, reason, message))
+        let uid = self.uids.lock().unwrap().get(regarding).cloned();
+        self.block(self.backend.record_event("memcached-native", regarding, uid, t, reason, message))
     }
     fn log(&self, _: LogLevel, message: &str, _: &[(&str, &str)]) {
         tracing::debug!("{message}");
@@ -68,6 +72,9 @@ async fn reconcile(mc: Arc<Memcached>, ctx: Arc<(Native, String)>) -> Result<KAc
     object["apiVersion"] = "cache.example.com/v1alpha1".into();
     object["kind"] = "Memcached".into();
     let key = ObjectRef::of_json(&object).ok_or_else(|| Failed("no name".into()))?;
+    if let Some(uid) = &mc.metadata.uid {
+        ctx.0.uids.lock().unwrap().insert(key.clone(), uid.clone());
+    }
     let req = Request { object: key, current: Some(object), settings: ctx.1.clone() };
     let r = tokio::task::block_in_place(|| Operator::reconcile(&Context::new(&ctx.0), &req));
     match r {
@@ -87,7 +94,10 @@ async fn main() -> anyhow::Result<()> {
     let ns = std::env::args().nth(1).unwrap_or_else(|| "default".into());
     let client = Client::try_default().await?;
     let backend = Arc::new(KubeBackend::new(client.clone(), "memcached-native"));
-    let ctx = Arc::new((Native { backend, rt: tokio::runtime::Handle::current() }, format!("namespace: {ns}")));
+    let ctx = Arc::new((
+        Native { backend, rt: tokio::runtime::Handle::current(), uids: Default::default() },
+        format!("namespace: {ns}"),
+    ));
     let mcs: Api<Memcached> = Api::namespaced(client.clone(), &ns);
     let deps: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client, &ns);

@@ -47,6 +47,16 @@ impl PrimaryCache {
         })
     }
 
+    /// The uid of `r` when the cache holds it: what an Event needs to be found by
+    /// `kubectl describe`, without a GET per Event.
+    pub fn uid(&self, r: &ObjectRef) -> Option<String> {
+        if r.kind_ref() != self.kind || !self.covers(r.namespace.as_deref()) {
+            return None;
+        }
+        let objects = self.objects.lock().unwrap();
+        objects.get(r)?.pointer("/metadata/uid")?.as_str().map(str::to_owned)
+    }
+
     /// Some(answer) when the cache can answer this list.
     pub fn list(&self, kind: &KindRef, p: &ListParams) -> Option<Result<Vec<Value>, Error>> {
         if *kind != self.kind || p.field_selector.is_some() || !self.covers(p.namespace.as_deref()) {
@@ -100,12 +110,19 @@ mod tests {
         let kind = KindRef::new("v1", "ConfigMap");
         let objects: ObjectCache = Arc::default();
         let a = ObjectRef::new(&kind, Some("a"), "x");
-        objects.lock().unwrap().insert(a.clone(), Arc::new(json!({"metadata": {"name": "x", "labels": {"k": "v"}}})));
+        objects
+            .lock()
+            .unwrap()
+            .insert(a.clone(), Arc::new(json!({"metadata": {"name": "x", "uid": "u-1", "labels": {"k": "v"}}})));
         let c = PrimaryCache { kind: kind.clone(), namespaces: Some(vec!["a".into()]), objects };
         assert!(c.get(&a).unwrap().is_ok());
         assert!(matches!(c.get(&ObjectRef::new(&kind, Some("a"), "y")), Some(Err(Error::NotFound(_)))));
         assert!(c.get(&ObjectRef::new(&kind, Some("b"), "x")).is_none(), "namespace not watched: ask the apiserver");
         assert!(c.get(&ObjectRef::new(&KindRef::new("v1", "Secret"), Some("a"), "x")).is_none());
+        // Events on a cached object find its uid without a GET.
+        assert_eq!(c.uid(&a).as_deref(), Some("u-1"));
+        assert_eq!(c.uid(&ObjectRef::new(&kind, Some("a"), "y")), None);
+        assert_eq!(c.uid(&ObjectRef::new(&kind, Some("b"), "x")), None);
         let p = |ns: Option<&str>, sel: Option<&str>| ListParams {
             namespace: ns.map(Into::into),
             label_selector: sel.map(Into::into),

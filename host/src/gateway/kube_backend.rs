@@ -121,14 +121,18 @@ impl Backend for KubeBackend {
         &self,
         reporter: &str,
         regarding: &ObjectRef,
+        uid: Option<String>,
         event_type: EventType,
         reason: &str,
         message: &str,
     ) {
         // `kubectl describe` selects Events by the regarded object's uid, so look it up.
-        let uid = match self.get(regarding).await {
-            Ok(v) => v.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned),
-            Err(_) => None,
+        let uid = match uid {
+            Some(uid) => Some(uid),
+            None => match self.get(regarding).await {
+                Ok(v) => v.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned),
+                Err(_) => None,
+            },
         };
         let reference = ObjectReference {
             api_version: Some(regarding.api_version.clone()),

@@ -37,7 +37,15 @@ impl Backend for MemoryBackend {
     async fn delete(&self, object: &ObjectRef) -> Result<(), Error> {
         self.fake.delete(object)
     }
-    async fn record_event(&self, _: &str, regarding: &ObjectRef, t: EventType, reason: &str, message: &str) {
+    async fn record_event(
+        &self,
+        _: &str,
+        regarding: &ObjectRef,
+        _: Option<String>,
+        t: EventType,
+        reason: &str,
+        message: &str,
+    ) {
         self.fake.record_event(regarding, t, reason, message)
     }
 }

@@ -51,10 +51,12 @@ pub trait Backend: Send + Sync {
     async fn update_status(&self, object: Value) -> Result<Value, Error>;
     async fn delete(&self, object: &ObjectRef) -> Result<(), Error>;
     /// Records an Event; failures are the backend's to log, never the plugin's problem.
+    /// `uid`: the regarded object's, when the caller knows it (else the backend looks).
     async fn record_event(
         &self,
         reporter: &str,
         regarding: &ObjectRef,
+        uid: Option<String>,
         event_type: EventType,
         reason: &str,
         message: &str,
@@ -153,7 +155,8 @@ impl Gateway {
     /// Events need no permission on the regarded kind: they only describe it.
     pub async fn record_event(&self, regarding: &ObjectRef, event_type: EventType, reason: &str, message: &str) {
         let (reason, message) = (truncate(reason, 128), truncate(message, MAX_EVENT_MESSAGE));
-        self.backend.record_event(&self.plugin, regarding, event_type, reason, message).await
+        let uid = self.cache.as_ref().and_then(|c| c.uid(regarding));
+        self.backend.record_event(&self.plugin, regarding, uid, event_type, reason, message).await
     }
 }
 

@@ -55,6 +55,6 @@ async fn report(registry: &Registry, spec: &PluginSpec, kind: &str, reason: &str
             "{}: rejected ({kind}): {reason}; {previous}",
             spec.origin.rsplit('#').next().unwrap_or(&spec.name)
         );
-        events.record_event("host", obj, EventType::Warning, "PluginRejected", &msg).await;
+        events.record_event("host", obj, None, EventType::Warning, "PluginRejected", &msg).await;
     }
 }
