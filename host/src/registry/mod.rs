@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 use tokio::sync::broadcast;
-use wasmop_sdk::{Handler, Manifest};
+use wasmop_sdk::{Handler, KindRef, Manifest, Watch};
 
 /// One version of a plugin, as a source delivers it.
 #[derive(Clone, Debug)]
@@ -325,8 +325,8 @@ fn check_handlers(handlers: &[Handler]) -> Result<(), LoadError> {
 }
 
 /// What a controller watches: changes here need new watches.
-fn watch_set(m: &Manifest) -> (String, bool, Vec<String>, String, String) {
-    (m.primary.to_string(), m.namespaced, m.namespaces.clone(), format!("{:?}", m.owns), format!("{:?}", m.watches))
+fn watch_set(m: &Manifest) -> (&KindRef, bool, &[String], &[KindRef], &[Watch]) {
+    (&m.primary, m.namespaced, &m.namespaces, &m.owns, &m.watches)
 }
 
 /// Two manifests reconcile the same primary kind in at least one common namespace.
