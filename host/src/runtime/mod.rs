@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use wasmop_sdk::{Action, Manifest, ObjectRef, ReconcileError};
 use wasmtime::component::Component;
-use wasmtime::{Engine, Store, StoreLimitsBuilder};
+use wasmtime::{Store, StoreLimitsBuilder};
 
 use crate::gateway::Gateway;
 use config::DESCRIBE_DEADLINE;
@@ -91,11 +91,6 @@ impl Runtime {
             plugin_slots: Default::default(),
             config,
         })
-    }
-
-    /// The engine of the optimizing tier, whose code is cached on disk.
-    pub fn engine(&self) -> &Engine {
-        &self.optimizing.engine
     }
 
     /// Compiles and type-checks plugin bytes: with Winch when tiered (then call
