@@ -129,10 +129,9 @@ impl Backend for KubeBackend {
         // `kubectl describe` selects Events by the regarded object's uid, so look it up.
         let uid = match uid {
             Some(uid) => Some(uid),
-            None => match self.get(regarding).await {
-                Ok(v) => v.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned),
-                Err(_) => None,
-            },
+            None => {
+                self.get(regarding).await.ok().and_then(|v| v.pointer("/metadata/uid")?.as_str().map(str::to_owned))
+            }
         };
         let reference = ObjectReference {
             api_version: Some(regarding.api_version.clone()),

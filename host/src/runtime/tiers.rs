@@ -1,8 +1,8 @@
 //! Two compilers, one contract: how plugin bytes become code the host can run.
 //!
-//! Cranelift makes fast code slowly (0.8 s for a 950 KiB plugin on this project's 2-core
-//! machines); Winch, wasmtime's baseline compiler, makes slower code four to five times
-//! faster (0.2 s). A hot reload should not wait for the best code, so by default a new
+//! Cranelift makes fast code slowly (1.3 s for the 950 KiB memcached plugin on this
+//! project's 2-core machines); Winch, wasmtime's baseline compiler, makes slower code
+//! five times faster (0.23 s; `host/examples/compile_time.rs`, figures in BENCHMARKS.md). A hot reload should not wait for the best code, so by default a new
 //! plugin is compiled by Winch and served at once, and the registry then asks for the
 //! Cranelift code in the background ([`Compiler::Tiered`]); the swap is invisible to
 //! callers because every call picks up the current [`Code`] when it starts, and calls
