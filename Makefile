@@ -15,6 +15,10 @@ E2E_STATE ?= $(ROOT)/target/cluster-e2e
 CARGO_COMPONENT_VERSION := 0.21.1
 PLUGINS := memcached sidecarset
 TEST_PLUGINS := probe hostile ring
+# Every host-side cargo command selects the whole workspace. Cargo unifies dependency
+# features over the packages a command names, so `-p wasmop` and `--workspace` would
+# each build their own kube, wasmtime and host: twice the time, and CI's disk ran out.
+E2E_TESTS := $(patsubst tests/tests/%.rs,--test %,$(wildcard tests/tests/*.rs))
 
 .PHONY: all setup tools build plugins host deploy-manifests deploy-plugins bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
 
@@ -34,7 +38,7 @@ tools: setup
 		cargo install cargo-component --version $(CARGO_COMPONENT_VERSION) --locked
 
 host: setup
-	cargo build -p wasmop
+	cargo build --workspace --bins
 
 ## Plugins as wasm32-wasip2 components, copied to target/plugins/NAME.wasm.
 plugins: setup
@@ -92,8 +96,8 @@ e2e: build plugins-component
 	@tests/cluster/up $(E2E_STATE) >/dev/null
 	@set -o pipefail; status=0; \
 	KUBECONFIG=$(E2E_STATE)/kubeconfig WASMOP_BIN=$(TARGET_DIR)/debug/wasmop WASMOP_PLUGINS=$(WASM_OUT) \
-		cargo test -p wasmop-e2e -- --include-ignored --test-threads=3 || status=$$?; \
-	WASMOP_PLUGINS=$(WASM_OUT) cargo test -p wasmop --bench reconcile_overhead -- --quick || status=$$?; \
+		cargo test --workspace $(E2E_TESTS) -- --include-ignored --test-threads=3 || status=$$?; \
+	WASMOP_PLUGINS=$(WASM_OUT) cargo test --workspace --bench reconcile_overhead -- --quick || status=$$?; \
 	KUBECONFIG=$(E2E_STATE)/kubeconfig $(MAKE) --no-print-directory bench-smoke || status=$$?; \
 	tests/cluster/down $(E2E_STATE); exit $$status
 

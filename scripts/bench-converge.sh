@@ -20,8 +20,8 @@ fi
 # dev to reuse the tests' debug build (see scripts/benchlib.py).
 profile=${WASMOP_BENCH_PROFILE:-bench}
 out=$target/$([ "$profile" = dev ] && echo debug || echo release)
-cargo build -q -p wasmop --profile "$profile"
-if [ "$mode" = native ]; then cargo build -q -p wasmop --profile "$profile" --example memcached_native; fi
+cargo build -q --workspace --bins --profile "$profile"
+if [ "$mode" = native ]; then cargo build -q --workspace --profile "$profile" --example memcached_native; fi
 kubectl apply -f deploy/crds/memcached.yaml >/dev/null
 kubectl wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=30s >/dev/null
 # A namespace of its own per run: CRs of an earlier run may still be held by finalizers.

@@ -10,9 +10,9 @@ out=$(mktemp)
   echo
   echo "### Per-reconcile overhead"
   echo
-  echo 'Command: `cargo bench -p wasmop --bench reconcile_overhead` (profile `bench`: opt-level 3, thin LTO; plugins from `make plugins`)'
+  echo 'Command: `cargo bench --workspace --bench reconcile_overhead` (profile `bench`: opt-level 3, thin LTO; plugins from `make plugins`)'
   echo
-  WASMOP_PLUGINS=$root/target/plugins cargo bench -q -p wasmop --bench reconcile_overhead 2>/dev/null
+  WASMOP_PLUGINS=$root/target/plugins cargo bench -q --workspace --bench reconcile_overhead 2>/dev/null
   echo
   echo "### Convergence on the local control plane"
   echo

@@ -148,17 +148,19 @@ mod tests {
         assert_eq!(q.next().await.unwrap(), "a");
     }
 
-    #[tokio::test(start_paused = true)]
+    // Real time, short delays: only the order of events is asserted, and a slow machine
+    // only stretches the sleeps (a superseded schedule would fire well inside the last).
+    #[tokio::test]
     async fn add_after_keeps_the_earliest() {
         let q = Queue::new();
-        q.add_after("a", Duration::from_secs(10));
-        q.add_after("a", Duration::from_secs(1));
-        q.add_after("a", Duration::from_secs(5));
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        q.add_after("a", Duration::from_millis(400));
+        q.add_after("a", Duration::from_millis(20));
+        q.add_after("a", Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(q.depth(), 1);
         assert_eq!(q.next().await.unwrap(), "a");
         q.done(&"a");
-        tokio::time::sleep(Duration::from_secs(20)).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
         assert_eq!(q.depth(), 0, "later schedules were superseded");
     }
 
