@@ -14,15 +14,14 @@
 
 use super::backoff::Backoff;
 use super::queue::Queue;
-use crate::gateway::{Backend, Caches, EventType, Gateway, KindRef, KubeBackend, ObjectRef, PrimaryCache};
+use super::watches::{self, Role, Seen, Source};
+use crate::gateway::{Backend, Caches, EventType, Gateway, KubeBackend, ObjectRef, PrimaryCache};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
 use crate::registry::Handle;
 use crate::runtime::Runtime;
-use futures::{StreamExt, stream::BoxStream};
-use kube::api::{Api, DynamicObject};
-use kube::discovery::Scope;
-use kube::runtime::{WatchStreamExt, watcher};
+use futures::StreamExt;
+use kube::runtime::watcher;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,13 +39,6 @@ pub struct Shared {
     /// Where synced primary caches are published for cached reads (reconciles and
     /// admission reviews of the same plugin).
     pub caches: Arc<Caches>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Role {
-    Primary,
-    Owned,
-    Watched(usize),
 }
 
 type Cache = crate::gateway::ObjectCache;
@@ -88,7 +80,7 @@ async fn run(
     let manifest = handle.load().manifest.clone();
     shared.health.controller(&name, false);
     let streams = loop {
-        match watch_streams(&shared.kube, &manifest).await {
+        match watches::streams(&shared.kube, &manifest).await {
             Ok(s) => break s,
             Err(e) => {
                 tracing::warn!(plugin = %name, "cannot watch yet, retrying in 5s: {e}");
@@ -167,51 +159,10 @@ impl Drop for Withdraw {
     }
 }
 
-/// Which watch an event came from: its role and namespace (None: all namespaces).
-type Source = (Role, Option<String>);
-type Events = BoxStream<'static, (Source, Result<watcher::Event<DynamicObject>, watcher::Error>)>;
-
-async fn watch_streams(kube: &KubeBackend, m: &wasmop_sdk::Manifest) -> Result<Vec<Events>, wasmop_sdk::Error> {
-    let mut kinds: Vec<(Role, KindRef)> = vec![(Role::Primary, m.primary.clone())];
-    kinds.extend(m.owns.iter().map(|k| (Role::Owned, k.clone())));
-    kinds.extend(m.watches.iter().enumerate().map(|(i, w)| (Role::Watched(i), w.kind.clone())));
-    let mut out = Vec::new();
-    for (role, kind) in kinds {
-        let (ar, caps) = kube.resource(&kind).await?;
-        let apis: Vec<(Option<String>, Api<DynamicObject>)> = match (&caps.scope, m.namespaces.is_empty()) {
-            (Scope::Namespaced, false) => m
-                .namespaces
-                .iter()
-                .map(|ns| (Some(ns.clone()), Api::namespaced_with(kube.client().clone(), ns, &ar)))
-                .collect(),
-            _ => vec![(None, Api::all_with(kube.client().clone(), &ar))],
-        };
-        for (ns, api) in apis {
-            let ar = ar.clone();
-            let s = watcher(api, watcher::Config::default()).default_backoff().map(move |ev| {
-                // List and watch items may lack apiVersion/kind; the plugin gets whole objects.
-                let ev = ev.map(|e| {
-                    e.modify(|o| {
-                        if o.types.is_none() {
-                            o.types = Some(kube::core::TypeMeta {
-                                api_version: ar.api_version.clone(),
-                                kind: ar.kind.clone(),
-                            });
-                        }
-                    })
-                });
-                ((role, ns.clone()), ev)
-            });
-            out.push(s.boxed());
-        }
-    }
-    Ok(out)
-}
-
 fn on_event(
     m: &wasmop_sdk::Manifest,
     source: Source,
-    ev: watcher::Event<DynamicObject>,
+    ev: watcher::Event<Seen>,
     cache: &Cache,
     queue: &Queue<ObjectRef>,
     relisting: &mut HashMap<Source, HashSet<ObjectRef>>,
@@ -239,8 +190,7 @@ fn on_event(
         InitApply(o) | Apply(o) => (o, false),
         Delete(o) => (o, true),
     };
-    let Ok(value) = serde_json::to_value(&obj) else { return };
-    let Some(oref) = ObjectRef::of_json(&value) else { return };
+    let Seen { oref, metadata, object } = obj;
     if let Some(seen) = relisting.get_mut(&source) {
         seen.insert(oref.clone());
     }
@@ -248,13 +198,13 @@ fn on_event(
         Role::Primary => {
             if deleted {
                 cache.lock().unwrap().remove(&oref);
-            } else {
+            } else if let Some(value) = object {
                 cache.lock().unwrap().insert(oref.clone(), Arc::new(value));
             }
             queue.add(oref);
         }
         Role::Owned => {
-            let owner = obj.metadata.owner_references.iter().flatten().find(|r| {
+            let owner = metadata.owner_references.iter().flatten().find(|r| {
                 r.controller == Some(true)
                     && r.kind == m.primary.kind
                     && same_group(&r.api_version, &m.primary.api_version)
@@ -273,7 +223,7 @@ fn on_event(
                     keys.into_iter().for_each(|k| queue.add(k));
                 }
                 Mapping::Label(label) => {
-                    if let Some(name) = obj.metadata.labels.as_ref().and_then(|l| l.get(label)) {
+                    if let Some(name) = metadata.labels.as_ref().and_then(|l| l.get(label)) {
                         queue.add(ObjectRef::new(&m.primary, ns.as_deref(), name));
                     }
                 }

@@ -5,6 +5,7 @@
 mod backoff;
 pub mod controller;
 mod queue;
+mod watches;
 
 pub use backoff::Backoff;
 pub use controller::Shared;

@@ -66,7 +66,11 @@ impl KubeBackend {
     }
 }
 
-fn to_json(obj: DynamicObject, ar: Option<&ApiResource>) -> Result<Value, Error> {
+/// An object as plugins get it. Without managedFields, like the controllers' watch
+/// caches (see `controllers::watches`): plugins would pay to copy and parse them on
+/// every read, and an update that omits them keeps the stored ones.
+fn to_json(mut obj: DynamicObject, ar: Option<&ApiResource>) -> Result<Value, Error> {
+    obj.metadata.managed_fields = None;
     let mut v = serde_json::to_value(obj).map_err(|e| Error::Internal(e.to_string()))?;
     // List items come without apiVersion/kind; plugins expect whole objects.
     if let (Some(ar), Some(m)) = (ar, v.as_object_mut()) {
@@ -148,5 +152,28 @@ impl Backend for KubeBackend {
         if let Err(e) = self.events.write(&format!("wasmop/{reporter}"), reference, t, reason, message).await {
             tracing::warn!(plugin = reporter, %regarding, "could not record event {reason}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn objects_reach_plugins_without_managed_fields_and_with_their_type() {
+        let item: DynamicObject = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "resourceVersion": "7",
+                         "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}]},
+            "spec": {"replicas": 2}
+        }))
+        .unwrap();
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        let v = to_json(item, Some(&ar)).unwrap();
+        assert_eq!(v["apiVersion"], "apps/v1");
+        assert_eq!(v["kind"], "Deployment");
+        assert_eq!(v["metadata"]["resourceVersion"], "7", "what an update needs stays");
+        assert_eq!(v["spec"]["replicas"], 2);
+        assert!(v["metadata"].get("managedFields").is_none(), "{v}");
     }
 }

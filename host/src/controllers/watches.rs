@@ -1,0 +1,186 @@
+//! A controller's watch streams, and the part of each event the controller keeps.
+//!
+//! Flow: one stream per watched kind (and per namespace when the manifest names
+//! namespaces). The primary kind is watched whole: its objects are the plugin's cache
+//! and the `current` of every reconcile. Owned and watched kinds only map an event to
+//! primary keys, which takes owner references, labels and a name, so they are watched
+//! **metadata-only** (the apiserver sends `PartialObjectMetadata`: for a Pod, a fraction
+//! of its bytes, and none of its status churn is parsed into a full object), as
+//! controller-runtime's `OnlyMetadata` watches do.
+//!
+//! `metadata.managedFields` is dropped from every object as it arrives, as
+//! controller-runtime's `TransformStripManagedFields` does: no reconcile reads it, it is
+//! often a third of an object's JSON (bytes the cache holds and every reconcile would
+//! copy into the plugin and parse), and an update that omits it leaves the stored
+//! field as it is.
+//!
+//! Caveat: a plugin that needs managedFields must `get` the object itself; the gateway
+//! strips them from what it hands back too (`gateway::kube_backend`), so in practice
+//! plugins do not see them.
+
+use crate::gateway::{KindRef, KubeBackend, ObjectRef};
+use futures::{StreamExt, stream::BoxStream};
+use kube::api::{Api, DynamicObject};
+use kube::core::{ObjectMeta, PartialObjectMeta};
+use kube::discovery::Scope;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+
+/// Why a kind is watched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Primary,
+    Owned,
+    /// The manifest's `watches[i]`.
+    Watched(usize),
+}
+
+/// Which watch an event came from: its role and namespace (None: all namespaces).
+pub type Source = (Role, Option<String>);
+
+/// What the controller keeps of a watched object.
+pub struct Seen {
+    /// Built from the watched kind, not the payload: metadata-only events name their
+    /// type `meta.k8s.io/v1 PartialObjectMetadata`.
+    pub oref: ObjectRef,
+    pub metadata: ObjectMeta,
+    /// The whole object (without managedFields); primaries only.
+    pub object: Option<Value>,
+}
+
+type Item = (Source, Result<watcher::Event<Seen>, watcher::Error>);
+pub type Events = BoxStream<'static, Item>;
+
+fn convert<K>(ev: watcher::Event<K>, f: impl Fn(K) -> Option<Seen>) -> Option<watcher::Event<Seen>> {
+    use watcher::Event::*;
+    Some(match ev {
+        Apply(o) => Apply(f(o)?),
+        Delete(o) => Delete(f(o)?),
+        Init => Init,
+        InitApply(o) => InitApply(f(o)?),
+        InitDone => InitDone,
+    })
+}
+
+fn seen(kind: &KindRef, mut metadata: ObjectMeta) -> Option<Seen> {
+    metadata.managed_fields = None;
+    let name = metadata.name.clone()?;
+    let oref = ObjectRef::new(kind, metadata.namespace.as_deref().filter(|n| !n.is_empty()), &name);
+    Some(Seen { oref, metadata, object: None })
+}
+
+/// A primary as the plugin sees it: whole, typed, without managedFields.
+fn primary(kind: &KindRef, mut o: DynamicObject) -> Option<Seen> {
+    o.metadata.managed_fields = None;
+    // List and watch items may lack apiVersion/kind; the plugin gets whole objects.
+    o.types
+        .get_or_insert_with(|| kube::core::TypeMeta { api_version: kind.api_version.clone(), kind: kind.kind.clone() });
+    let object = serde_json::to_value(&o).ok()?;
+    let mut s = seen(kind, o.metadata)?;
+    s.object = Some(object);
+    Some(s)
+}
+
+/// The streams for `m`'s primary, owned and watched kinds.
+pub async fn streams(kube: &KubeBackend, m: &wasmop_sdk::Manifest) -> Result<Vec<Events>, wasmop_sdk::Error> {
+    let mut kinds: Vec<(Role, KindRef)> = vec![(Role::Primary, m.primary.clone())];
+    kinds.extend(m.owns.iter().map(|k| (Role::Owned, k.clone())));
+    kinds.extend(m.watches.iter().enumerate().map(|(i, w)| (Role::Watched(i), w.kind.clone())));
+    let mut out = Vec::new();
+    for (role, kind) in kinds {
+        let (ar, caps) = kube.resource(&kind).await?;
+        let namespaces: Vec<Option<String>> = match (&caps.scope, m.namespaces.is_empty()) {
+            (Scope::Namespaced, false) => m.namespaces.iter().cloned().map(Some).collect(),
+            _ => vec![None],
+        };
+        for ns in namespaces {
+            let client = kube.client().clone();
+            let (source, kind, config) = ((role, ns.clone()), kind.clone(), watcher::Config::default());
+            let s: Events = if role == Role::Primary {
+                let api: Api<DynamicObject> = match &ns {
+                    Some(ns) => Api::namespaced_with(client, ns, &ar),
+                    None => Api::all_with(client, &ar),
+                };
+                let events = watcher(api, config).default_backoff();
+                events.filter_map(move |ev| tagged(source.clone(), ev, |o| primary(&kind, o))).boxed()
+            } else {
+                let api: Api<PartialObjectMeta<DynamicObject>> = match &ns {
+                    Some(ns) => Api::namespaced_with(client, ns, &ar),
+                    None => Api::all_with(client, &ar),
+                };
+                let events = watcher(api, config).default_backoff();
+                events.filter_map(move |ev| tagged(source.clone(), ev, |o| seen(&kind, o.metadata))).boxed()
+            };
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+/// An event in the controller's terms; objects without a name are dropped.
+fn tagged<K>(
+    source: Source,
+    ev: Result<watcher::Event<K>, watcher::Error>,
+    f: impl Fn(K) -> Option<Seen>,
+) -> futures::future::Ready<Option<Item>> {
+    let out = match ev {
+        Ok(ev) => convert(ev, f).map(Ok),
+        Err(e) => Some(Err(e)),
+    };
+    futures::future::ready(out.map(|ev| (source, ev)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kind() -> KindRef {
+        KindRef::new("cache.example.com/v1alpha1", "Memcached")
+    }
+
+    fn managed() -> Value {
+        json!([{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}])
+    }
+
+    #[test]
+    fn primaries_reach_the_cache_whole_but_without_managed_fields() {
+        // As a list item arrives: no apiVersion/kind.
+        let o: DynamicObject = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "managedFields": managed()},
+            "spec": {"size": 3}
+        }))
+        .unwrap();
+        let s = primary(&kind(), o).unwrap();
+        let v = s.object.unwrap();
+        assert_eq!(v["spec"]["size"], 3);
+        assert_eq!(v["metadata"]["uid"], "u1");
+        assert_eq!(v["kind"], "Memcached");
+        assert_eq!(v["apiVersion"], "cache.example.com/v1alpha1");
+        assert!(v["metadata"].get("managedFields").is_none(), "{v}");
+        assert_eq!(s.oref, ObjectRef::new(&kind(), Some("ns"), "a"));
+    }
+
+    #[test]
+    fn metadata_only_events_are_named_by_the_watched_kind() {
+        let p: PartialObjectMeta<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": "web-1", "namespace": "ns", "labels": {"app": "web"}, "managedFields": managed()}
+        }))
+        .unwrap();
+        let pods = KindRef::new("v1", "Pod");
+        let s = seen(&pods, p.metadata).unwrap();
+        assert_eq!(s.oref, ObjectRef::new(&pods, Some("ns"), "web-1"));
+        assert_eq!(s.metadata.labels.unwrap()["app"], "web");
+        assert!(s.metadata.managed_fields.is_none());
+        assert!(s.object.is_none());
+    }
+
+    #[test]
+    fn cluster_scoped_objects_have_no_namespace_and_nameless_ones_are_dropped() {
+        let ns = KindRef::new("v1", "Namespace");
+        let m: ObjectMeta = serde_json::from_value(json!({"name": "prod", "namespace": ""})).unwrap();
+        assert_eq!(seen(&ns, m).unwrap().oref.namespace, None);
+        assert!(seen(&ns, ObjectMeta::default()).is_none());
+    }
+}
