@@ -19,11 +19,12 @@
 //! plugins do not see them.
 
 use crate::gateway::{KindRef, KubeBackend, ObjectRef};
-use futures::{StreamExt, stream::BoxStream};
+use futures::{Stream, StreamExt, stream::BoxStream};
 use kube::api::{Api, DynamicObject};
-use kube::core::{ObjectMeta, PartialObjectMeta};
+use kube::core::{ApiResource, DynamicResourceScope, ObjectMeta, PartialObjectMeta, Resource};
 use kube::discovery::Scope;
 use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// Why a kind is watched.
@@ -50,17 +51,6 @@ pub struct Seen {
 
 type Item = (Source, Result<watcher::Event<Seen>, watcher::Error>);
 pub type Events = BoxStream<'static, Item>;
-
-fn convert<K>(ev: watcher::Event<K>, f: impl Fn(K) -> Option<Seen>) -> Option<watcher::Event<Seen>> {
-    use watcher::Event::*;
-    Some(match ev {
-        Apply(o) => Apply(f(o)?),
-        Delete(o) => Delete(f(o)?),
-        Init => Init,
-        InitApply(o) => InitApply(f(o)?),
-        InitDone => InitDone,
-    })
-}
 
 fn seen(kind: &KindRef, mut metadata: ObjectMeta) -> Option<Seen> {
     metadata.managed_fields = None;
@@ -94,21 +84,12 @@ pub async fn streams(kube: &KubeBackend, m: &wasmop_sdk::Manifest) -> Result<Vec
             _ => vec![None],
         };
         for ns in namespaces {
-            let client = kube.client().clone();
-            let (source, kind, config) = ((role, ns.clone()), kind.clone(), watcher::Config::default());
+            let (source, kind) = ((role, ns.clone()), kind.clone());
             let s: Events = if role == Role::Primary {
-                let api: Api<DynamicObject> = match &ns {
-                    Some(ns) => Api::namespaced_with(client, ns, &ar),
-                    None => Api::all_with(client, &ar),
-                };
-                let events = watcher(api, config).default_backoff();
+                let events = watch::<DynamicObject>(kube, ns.as_deref(), &ar);
                 events.filter_map(move |ev| tagged(source.clone(), ev, |o| primary(&kind, o))).boxed()
             } else {
-                let api: Api<PartialObjectMeta<DynamicObject>> = match &ns {
-                    Some(ns) => Api::namespaced_with(client, ns, &ar),
-                    None => Api::all_with(client, &ar),
-                };
-                let events = watcher(api, config).default_backoff();
+                let events = watch::<PartialObjectMeta<DynamicObject>>(kube, ns.as_deref(), &ar);
                 events.filter_map(move |ev| tagged(source.clone(), ev, |o| seen(&kind, o.metadata))).boxed()
             };
             out.push(s);
@@ -117,17 +98,45 @@ pub async fn streams(kube: &KubeBackend, m: &wasmop_sdk::Manifest) -> Result<Vec
     Ok(out)
 }
 
+/// One watch of `ar`'s objects (in `ns`, or everywhere), retried with backoff. With
+/// `PartialObjectMeta<_>` as `K`, kube asks the apiserver for metadata only.
+fn watch<K>(
+    kube: &KubeBackend,
+    ns: Option<&str>,
+    ar: &ApiResource,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + use<K>
+where
+    K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let client = kube.client().clone();
+    let api = match ns {
+        Some(ns) => Api::<K>::namespaced_with(client, ns, ar),
+        None => Api::<K>::all_with(client, ar),
+    };
+    watcher(api, watcher::Config::default()).default_backoff()
+}
+
 /// An event in the controller's terms; objects without a name are dropped.
 fn tagged<K>(
     source: Source,
-    ev: Result<watcher::Event<K>, watcher::Error>,
+    ev: watcher::Result<watcher::Event<K>>,
     f: impl Fn(K) -> Option<Seen>,
 ) -> futures::future::Ready<Option<Item>> {
-    let out = match ev {
-        Ok(ev) => convert(ev, f).map(Ok),
+    use watcher::Event::*;
+    let ev = match ev {
+        Ok(Apply(o)) => f(o).map(|s| Ok(Apply(s))),
+        Ok(Delete(o)) => f(o).map(|s| Ok(Delete(s))),
+        Ok(InitApply(o)) => f(o).map(|s| Ok(InitApply(s))),
+        Ok(Init) => Some(Ok(Init)),
+        Ok(InitDone) => Some(Ok(InitDone)),
         Err(e) => Some(Err(e)),
     };
-    futures::future::ready(out.map(|ev| (source, ev)))
+    futures::future::ready(ev.map(|ev| (source, ev)))
 }
 
 #[cfg(test)]

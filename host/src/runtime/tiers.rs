@@ -2,7 +2,8 @@
 //!
 //! Cranelift makes fast code slowly (1.3 s for the 950 KiB memcached plugin on this
 //! project's 2-core machines); Winch, wasmtime's baseline compiler, makes slower code
-//! five times faster (0.23 s; `host/examples/compile_time.rs`, figures in BENCHMARKS.md). A hot reload should not wait for the best code, so by default a new
+//! five times faster (0.23 s; `host/examples/compile_time.rs`, figures in
+//! BENCHMARKS.md). A hot reload should not wait for the best code, so by default a new
 //! plugin is compiled by Winch and served at once, and the registry then asks for the
 //! Cranelift code in the background ([`Compiler::Tiered`]); the swap is invisible to
 //! callers because every call picks up the current [`Code`] when it starts, and calls
