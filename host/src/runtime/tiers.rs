@@ -94,9 +94,15 @@ fn base_config(config: &RuntimeConfig) -> Config {
     cfg.wasm_component_model(true)
         .epoch_interruption(true)
         .consume_fuel(config.fuel)
-        // Plugins are at most a few MiB of code: keep reservations small.
-        .memory_reservation(config.memory_ceiling as u64)
-        .memory_guard_size(64 << 10)
+        // Why 4 GiB of address space per linear memory, though a plugin may use at most
+        // the memory ceiling: every 32-bit index then lands inside the reservation plus
+        // guard, so Cranelift drops the bounds check from each load and store (a
+        // plugin's JSON work is little else: admission served 8–19 % more reviews/s
+        // than with a ceiling-sized reservation, in alternating runs). It is address
+        // space, not memory: RSS is what the plugin touches, and the ceiling is still
+        // enforced, by the pool's max_memory_size and the Store's limiter.
+        .memory_reservation(4 << 30)
+        .memory_guard_size(32 << 20)
         .memory_reservation_for_growth(0);
     cfg
 }
