@@ -25,6 +25,7 @@ mod context;
 pub mod fake;
 pub mod helpers;
 mod manifest;
+pub mod patch;
 mod types;
 
 #[cfg(target_arch = "wasm32")]

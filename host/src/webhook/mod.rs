@@ -48,11 +48,7 @@ async fn handle(
     Path((plugin, handler)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let review: serde_json::Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}")).into_response(),
-    };
-    match r.review(&plugin, &handler, &review).await {
+    match r.review(&plugin, &handler, &body).await {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
     }

@@ -36,14 +36,21 @@ enum Outcome {
 }
 
 impl Reviewer {
-    /// Answers `review` (an AdmissionReview v1) for `/<plugin>/<handler>`. Err: the body
-    /// is not an AdmissionReview (HTTP 400).
-    pub async fn review(&self, plugin: &str, handler: &str, review: &Value) -> Result<Value, String> {
+    /// Answers `body` (an AdmissionReview v1, as received) for `/<plugin>/<handler>`.
+    /// Err: the body is not an AdmissionReview (HTTP 400).
+    ///
+    /// The `request` is handed to the plugin as the bytes the apiserver sent: the host
+    /// reads only its uid, and parses the object only if the plugin answers with a
+    /// whole mutated object to diff against.
+    pub async fn review(&self, plugin: &str, handler: &str, body: &[u8]) -> Result<Value, String> {
         let started = Instant::now();
-        let request =
-            review.get("request").filter(|r| r.is_object()).ok_or("the body has no AdmissionReview request")?;
-        let uid = request.get("uid").and_then(Value::as_str).ok_or("the AdmissionReview request has no uid")?;
-        let (response, outcome) = self.answer(plugin, handler, request).await;
+        let envelope: Envelope<'_> =
+            serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
+        let request = envelope.request.ok_or("the body has no AdmissionReview request")?;
+        let head: Head<'_> = serde_json::from_str(request.get())
+            .map_err(|e| format!("the AdmissionReview request is not an object: {e}"))?;
+        let uid = head.uid.ok_or("the AdmissionReview request has no uid")?;
+        let (response, outcome) = self.answer(plugin, handler, request.get()).await;
         let result = match outcome {
             Outcome::Allowed => "allowed",
             Outcome::Denied => "denied",
@@ -58,7 +65,7 @@ impl Reviewer {
         Ok(json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response }))
     }
 
-    async fn answer(&self, plugin: &str, handler: &str, request: &Value) -> (Value, Outcome) {
+    async fn answer(&self, plugin: &str, handler: &str, request: &str) -> (Value, Outcome) {
         let fail = |msg: String| {
             let msg = crate::gateway::truncate(&msg, 4096);
             tracing::warn!(plugin, handler, "admission denied by the host: {msg}");
@@ -74,9 +81,8 @@ impl Reviewer {
             Gateway::new(plugin, loaded.permissions.clone(), self.backend.clone()).with_cache(self.caches.get(plugin));
         let limits =
             crate::runtime::Limits { deadline: self.deadline.min(loaded.limits.deadline), ..loaded.limits.clone() };
-        let text = request.to_string();
         let rt = self.registry.runtime();
-        match rt.review(&loaded.compiled, gateway, handler, &loaded.settings, &text, &limits).await {
+        match rt.review(&loaded.compiled, gateway, handler, &loaded.settings, request, &limits).await {
             Err(e) => {
                 crate::metrics::METRICS.faults.get_or_create(&labels(&[("plugin", plugin), ("kind", e.kind())])).inc();
                 fail(format!("plugin {plugin:?} failed in admission handler {handler:?}: {e}"))
@@ -91,14 +97,34 @@ impl Reviewer {
     }
 }
 
+/// The envelope, with the request left as text.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    request: Option<&'a serde_json::value::RawValue>,
+}
+
+/// What the host itself reads of a request.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    uid: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The request's object, read only to diff a returned whole object against.
+#[derive(serde::Deserialize)]
+struct Incoming {
+    object: Option<Value>,
+}
+
 fn deny(code: u16, reason: &str, message: &str) -> Value {
     json!({ "allowed": false, "status": { "code": code, "reason": reason, "message": message } })
 }
 
 /// Turns a plugin's answer into the AdmissionResponse (without uid): a returned
-/// `object` becomes a JSONPatch against the request's object; a validating handler
-/// cannot patch.
-pub fn finish(request: &Value, answer: &str, mutating: bool) -> Result<Value, String> {
+/// `object` becomes a JSONPatch against the object of `request` (the AdmissionReview
+/// request's JSON); a validating handler cannot patch.
+pub fn finish(request: &str, answer: &str, mutating: bool) -> Result<Value, String> {
     let r: AdmissionResponse = serde_json::from_str(answer).map_err(|e| format!("malformed AdmissionResponse: {e}"))?;
     let mut out = json!({ "allowed": r.allowed });
     if let Some(s) = &r.status {
@@ -127,8 +153,9 @@ pub fn finish(request: &Value, answer: &str, mutating: bool) -> Result<Value, St
             Some(p.clone())
         }
         (None, Some(obj)) => {
-            let original = request.get("object").ok_or("returned an object for a request without one")?;
-            let patch = json_patch::diff(original, obj);
+            let incoming: Incoming = serde_json::from_str(request).map_err(|e| format!("request: {e}"))?;
+            let original = incoming.object.ok_or("returned an object for a request without one")?;
+            let patch = json_patch::diff(&original, obj);
             (!patch.0.is_empty())
                 .then(|| serde_json::to_vec(&patch).map(|b| base64::engine::general_purpose::STANDARD.encode(b)))
                 .transpose()
@@ -161,7 +188,7 @@ mod tests {
         let mut obj = req["object"].clone();
         obj["metadata"]["annotations"] = json!({ "a": "b" });
         let answer = serde_json::to_string(&AdmissionResponse::mutate(obj.clone())).unwrap();
-        let out = finish(&req, &answer, true).unwrap();
+        let out = finish(&req.to_string(), &answer, true).unwrap();
         assert_eq!(out["patchType"], "JSONPatch");
         let mut patched = req["object"].clone();
         json_patch::patch(&mut patched, &serde_json::from_value::<json_patch::Patch>(patch_of(&out)).unwrap()).unwrap();
@@ -169,9 +196,26 @@ mod tests {
     }
 
     #[test]
+    fn a_patch_built_by_the_plugin_passes_through_unparsed_object() {
+        let obj = json!({ "metadata": { "name": "p" }, "spec": { "containers": [{ "name": "side" }] } });
+        let answer = serde_json::to_string(&AdmissionResponse::patch_fields(&obj, &["/spec/containers"])).unwrap();
+        // The request need not even be parseable as an object to diff: nothing is diffed.
+        let out = finish("{}", &answer, true).unwrap();
+        assert_eq!(out["patchType"], "JSONPatch");
+        assert_eq!(patch_of(&out), json!([{ "op": "add", "path": "/spec/containers", "value": [{ "name": "side" }] }]));
+        let bad =
+            serde_json::to_string(&AdmissionResponse { patch: Some("e30=".into()), ..AdmissionResponse::allow() });
+        assert!(
+            finish("{}", &bad.unwrap(), true).unwrap_err().contains("not a JSONPatch"),
+            "an empty object is no patch"
+        );
+    }
+
+    #[test]
     fn unchanged_object_means_no_patch_and_validators_cannot_patch() {
         let req = json!({ "object": { "a": 1 } });
         let same = serde_json::to_string(&AdmissionResponse::mutate(json!({ "a": 1 }))).unwrap();
+        let req = req.to_string();
         assert!(finish(&req, &same, true).unwrap().get("patch").is_none());
         let changed = serde_json::to_string(&AdmissionResponse::mutate(json!({ "a": 2 }))).unwrap();
         assert!(finish(&req, &changed, false).unwrap_err().contains("validating handler"));
@@ -180,10 +224,10 @@ mod tests {
     #[test]
     fn denials_keep_the_message_and_get_a_code() {
         let answer = serde_json::to_string(&AdmissionResponse::deny("spec.selector: required")).unwrap();
-        let out = finish(&json!({}), &answer, false).unwrap();
+        let out = finish("{}", &answer, false).unwrap();
         assert_eq!(out["allowed"], false);
         assert_eq!(out["status"]["message"], "spec.selector: required");
         assert_eq!(out["status"]["code"], 403);
-        assert!(finish(&json!({}), "{not json", true).unwrap_err().contains("malformed"));
+        assert!(finish("{}", "{not json", true).unwrap_err().contains("malformed"));
     }
 }

@@ -14,6 +14,10 @@ pub const DEFAULT: &str = "default-sidecarset";
 pub const VALIDATE: &str = "validate-sidecarset";
 pub const INJECT: &str = "inject-pod";
 
+/// Every field [`inject`] may write.
+const INJECTED_FIELDS: [&str; 5] =
+    ["/metadata/annotations", "/spec/containers", "/spec/initContainers", "/spec/volumes", "/spec/imagePullSecrets"];
+
 pub struct SidecarSetWebhooks;
 
 impl Webhooks for SidecarSetWebhooks {
@@ -93,5 +97,11 @@ fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse
         serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap_or_default();
     sets.retain(|s| scope::selects(&s.spec, &ns, &ns_labels, &labels));
     sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    if inject(&mut pod, &sets) { AdmissionResponse::mutate(pod) } else { AdmissionResponse::allow() }
+    // Only what injection writes goes back: no whole Pod to serialise here and to diff
+    // in the host, on the path every new Pod takes.
+    if inject(&mut pod, &sets) {
+        AdmissionResponse::patch_fields(&pod, &INJECTED_FIELDS)
+    } else {
+        AdmissionResponse::allow()
+    }
 }

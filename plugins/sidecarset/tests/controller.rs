@@ -21,7 +21,7 @@ fn admit(fake: &FakeCluster, handler: &str, ns: Option<&str>, obj: Value) -> Val
         object: Some(obj.clone()),
         ..Default::default()
     };
-    SidecarSetWebhooks::review(&Context::new(fake), handler, "", &req).object.unwrap_or(obj)
+    SidecarSetWebhooks::review(&Context::new(fake), handler, "", &req).apply(&obj).unwrap()
 }
 
 fn setup(fake: &FakeCluster, strategy: Value, pods: usize) {

@@ -83,8 +83,10 @@ fn defaults_fill_kruise_defaults_and_hashes() {
 fn injects_before_and_after_the_app_with_everything_it_needs() {
     let fake = FakeCluster::new();
     store(&fake, sidecarset("s", two_sidecars()));
-    let r = review(&fake, INJECT, Operation::Create, Some("default"), pod(json!({"app": "web"})), None);
-    let p = r.object.expect("mutated");
+    let original = pod(json!({"app": "web"}));
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), original.clone(), None);
+    assert!(r.allowed && r.patch.is_some(), "mutated");
+    let p = r.apply(&original).unwrap();
     assert_eq!(names(&p["spec"]["containers"]), ["before", "app", "after"]);
     let before = &p["spec"]["containers"][0];
     assert!(before["env"].as_array().unwrap().contains(&json!({"name": "IS_INJECTED", "value": "true"})));
@@ -101,7 +103,7 @@ fn injects_before_and_after_the_app_with_everything_it_needs() {
     assert_eq!(h["s"]["sidecarList"], json!(["before", "after"]));
 
     let r = review(&fake, INJECT, Operation::Create, Some("default"), pod(json!({"app": "db"})), None);
-    assert!(r.allowed && r.object.is_none(), "a Pod the selector does not match is untouched");
+    assert!(r.allowed && r.patch.is_none() && r.object.is_none(), "a Pod the selector does not match is untouched");
 }
 
 #[test]
@@ -111,16 +113,16 @@ fn namespace_scope_and_pause_are_respected() {
     spec["namespace"] = json!("prod");
     store(&fake, sidecarset("scoped", spec));
     let r = review(&fake, INJECT, Operation::Create, Some("dev"), pod(json!({"app": "web"})), None);
-    assert!(r.object.is_none(), "out of the SidecarSet's namespace");
+    assert!(r.patch.is_none(), "out of the SidecarSet's namespace");
     let r = review(&fake, INJECT, Operation::Create, Some("prod"), pod(json!({"app": "web"})), None);
-    assert!(r.object.is_some());
+    assert!(r.patch.is_some());
 
     let fake = FakeCluster::new();
     let mut spec = two_sidecars();
     spec["injectionStrategy"] = json!({"paused": true});
     store(&fake, sidecarset("paused", spec));
     let r = review(&fake, INJECT, Operation::Create, Some("prod"), pod(json!({"app": "web"})), None);
-    assert!(r.object.is_none(), "paused injection");
+    assert!(r.patch.is_none(), "paused injection");
 }
 
 fn denial(fake: &FakeCluster, obj: Value, old: Option<Value>) -> String {
