@@ -13,7 +13,8 @@ TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 PROFILE = os.environ.get("WASMOP_BENCH_PROFILE", "bench")
 # `--profile bench` writes to target/release, `dev` to target/debug.
 OUT = os.path.join(TARGET, "debug" if PROFILE == "dev" else "release")
-HOST = os.path.join(OUT, "wasmop")
+# WASMOP_BENCH_HOST: another host binary to measure (A/B runs of two builds), not built here.
+HOST = os.environ.get("WASMOP_BENCH_HOST") or os.path.join(OUT, "wasmop")
 ENV = dict(os.environ)
 ENV.setdefault("KUBECONFIG", os.path.join(ROOT, "target", "cluster", "kubeconfig"))
 
@@ -41,6 +42,8 @@ def build(example=None):
     """The host (or one of its examples) in the chosen profile; returns the binary."""
     # --workspace, as everywhere: the same dependency features as the tests' build.
     args = ["cargo", "build", "-q", "--workspace", "--profile", PROFILE]
+    if not example and os.environ.get("WASMOP_BENCH_HOST"):
+        return HOST
     args += ["--example", example] if example else ["--bins"]
     subprocess.run(args, cwd=ROOT, check=True)
     return os.path.join(OUT, "examples", example) if example else HOST
