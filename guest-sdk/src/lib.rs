@@ -25,7 +25,6 @@ mod context;
 pub mod fake;
 pub mod helpers;
 mod manifest;
-pub mod patch;
 mod types;
 
 #[cfg(target_arch = "wasm32")]
