@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmop::gateway::{Backend, Gateway, MemoryBackend, Permissions};
-use wasmop::runtime::{Compiled, Limits, Runtime, RuntimeConfig};
+use wasmop::runtime::{Compiled, Compiler, Limits, Runtime, RuntimeConfig};
 use wasmop_sdk::{Context, ObjectRef, Reconciler, Request};
 
 fn plugins_dir() -> PathBuf {
@@ -110,7 +110,12 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let (rounds, n) = if quick { (1, 3) } else { (5, 2000) };
     let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let rt = Arc::new(Runtime::new(RuntimeConfig { max_instances: 4, ..Default::default() }).unwrap());
+    // Cranelift only: a host serves Cranelift code from the pool once a plugin has tiered
+    // up, and nothing tiers up here (that is the registry's job), so the default would
+    // time Winch code on the on-demand allocator instead of the steady state.
+    let rt = Arc::new(
+        Runtime::new(RuntimeConfig { max_instances: 4, compiler: Compiler::Optimizing, ..Default::default() }).unwrap(),
+    );
 
     let mut rows: Vec<(String, Duration)> = Vec::new();
     for calls in [0, 10] {
