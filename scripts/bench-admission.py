@@ -74,7 +74,9 @@ def main():
             wait_ready(os.path.join(tmp, "host.log"))
             # As deployed, the SidecarSet goes through the plugin's defaulting webhook
             # (which stores its version hashes) on its way in: the apiserver calls this
-            # host for it on loopback.
+            # host for it on loopback. Only that one handler is registered, not all of
+            # `wasmop webhook-config`'s: its inject-pod entry would route every Pod the
+            # cluster creates through the host being measured.
             ca = base64.b64encode(open(os.path.join(tmp, "ca.crt"), "rb").read()).decode()
             kubectl("apply", "-f", "-", stdin=DEFAULTING.format(port=port, ca=ca))
             kubectl("apply", "-f", "-", stdin=SIDECARSET)
