@@ -56,7 +56,7 @@ def main():
     LOAD = build("admission_load")
     build()
     kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "deploy", "crds", "sidecarset.yaml"))
-    kubectl("wait", "--for=condition=Established", "crd/sidecarsets.apps.kruise.io")
+    subprocess.run([os.path.join(ROOT, "scripts", "wait-crd.sh"), "sidecarsets.apps.kruise.io"], env=ENV, check=True)
     kubectl("create", "namespace", "bench-admission", check=False)
     with tempfile.TemporaryDirectory() as tmp:
         plugins = os.path.join(tmp, "plugins")

@@ -23,7 +23,7 @@ out=$target/$([ "$profile" = dev ] && echo debug || echo release)
 cargo build -q --workspace --bins --profile "$profile"
 if [ "$mode" = native ]; then cargo build -q --workspace --profile "$profile" --example memcached_native; fi
 kubectl apply -f deploy/crds/memcached.yaml >/dev/null
-kubectl wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=30s >/dev/null
+scripts/wait-crd.sh memcacheds.cache.example.com
 # A namespace of its own per run: CRs of an earlier run may still be held by finalizers.
 ns=bench-converge-$$
 kubectl create namespace $ns >/dev/null

@@ -18,7 +18,7 @@ show kubectl get nodes
 
 say "Installing the Memcached CRD"
 show kubectl apply -f deploy/crds/memcached.yaml
-kubectl wait --for=condition=Established crd/memcacheds.cache.example.com --timeout=30s >/dev/null
+scripts/wait-crd.sh memcacheds.cache.example.com
 
 say "Starting the wasmop host; it loads plugins from ConfigMaps in wasmop-system"
 mkdir -p "$demo"

@@ -59,6 +59,21 @@ pub fn get_json(args: &[&str]) -> Option<serde_json::Value> {
     kubectl(&a).ok().and_then(|s| serde_json::from_str(&s).ok())
 }
 
+/// Applies a CRD (server-side: a big schema would overflow the client-side annotation)
+/// and waits until the apiserver serves it. `kubectl wait --for=condition=Established`
+/// alone is not enough: on a CRD so new that `status.conditions` is still null it fails
+/// at once instead of waiting.
+pub fn install_crd(yaml: &str, name: &str) -> Result<()> {
+    apply_server_side(yaml).map_err(anyhow::Error::msg)?;
+    let established = r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#;
+    eventually(&format!("CRD {name} established"), Duration::from_secs(30), || {
+        match kubectl(&["get", "crd", name, "-o", established]).map_err(anyhow::Error::msg)? {
+            s if s.trim() == "True" => Ok(()),
+            s => bail!("Established is {:?}", s.trim()),
+        }
+    })
+}
+
 /// A fresh namespace for one test, deleted (without waiting) when dropped.
 pub struct Namespace(pub String);
 

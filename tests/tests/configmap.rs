@@ -87,9 +87,7 @@ fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
     let ns = Namespace::new("cmsrc");
     let work = tempfile::tempdir()?;
     // Memcached from a directory beside the ConfigMap plugins: it must not notice any of this.
-    apply(include_str!("../../deploy/crds/memcached.yaml")).map_err(|e| anyhow!(e))?;
-    kubectl(&["wait", "--for=condition=Established", "crd/memcacheds.cache.example.com", "--timeout=30s"])
-        .map_err(|e| anyhow!(e))?;
+    install_crd(include_str!("../../deploy/crds/memcached.yaml"), "memcacheds.cache.example.com")?;
     let host = Host::start(
         &[("memcached", &plugin_path("memcached.wasm"), &format!("namespace: {}", ns.0))],
         &["--plugins-configmaps", "--plugins-namespace", &ns.0],

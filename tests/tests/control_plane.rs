@@ -65,9 +65,7 @@ spec:
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
 fn crd_established_and_schema_violation_names_the_field() -> Result<()> {
-    apply(CRD).map_err(|e| anyhow!(e))?;
-    kubectl(&["wait", "--for=condition=Established", "crd/widgets.e2e.wasmop.io", "--timeout=30s"])
-        .map_err(|e| anyhow!(e))?;
+    install_crd(CRD, "widgets.e2e.wasmop.io")?;
     let ns = Namespace::new("cp-crd");
     let bad = format!(
         "apiVersion: e2e.wasmop.io/v1\nkind: Widget\nmetadata: {{name: w, namespace: {}}}\nspec: {{replicas: -1}}\n",

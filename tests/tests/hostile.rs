@@ -53,9 +53,7 @@ fn memcached_converged(ns: &str, name: &str) -> Result<()> {
 fn hostile_plugins_are_contained_visible_and_harmless_to_neighbours() -> Result<()> {
     let h_ns = Namespace::new("hostile");
     let m_ns = Namespace::new("beside");
-    apply(include_str!("../../deploy/crds/memcached.yaml")).map_err(|e| anyhow!(e))?;
-    kubectl(&["wait", "--for=condition=Established", "crd/memcacheds.cache.example.com", "--timeout=30s"])
-        .map_err(|e| anyhow!(e))?;
+    install_crd(include_str!("../../deploy/crds/memcached.yaml"), "memcacheds.cache.example.com")?;
     let hostile = plugin_path("hostile.wasm");
     let mut host = Host::start(
         &[

@@ -8,13 +8,6 @@ use wasmop_e2e::*;
 const CRD: &str = include_str!("../../deploy/crds/memcached.yaml");
 const WAIT: Duration = Duration::from_secs(60);
 
-fn install_crd() -> Result<()> {
-    apply(CRD).map_err(|e| anyhow!(e))?;
-    kubectl(&["wait", "--for=condition=Established", "crd/memcacheds.cache.example.com", "--timeout=30s"])
-        .map_err(|e| anyhow!(e))?;
-    Ok(())
-}
-
 fn memcached(ns: &str, name: &str, size: &str) -> String {
     format!(
         "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{size: {size}}}\n"
@@ -65,7 +58,7 @@ fn converged(ns: &str, name: &str, size: usize) -> Result<Value> {
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
 fn size_scale_hand_edit_image_and_delete() -> Result<()> {
-    install_crd()?;
+    install_crd(CRD, "memcacheds.cache.example.com")?;
     let ns = Namespace::new("mc");
     let host = host_for(&ns.0)?;
     apply(&memcached(&ns.0, "cache", "3")).map_err(|e| anyhow!(e))?;
@@ -137,7 +130,7 @@ fn size_scale_hand_edit_image_and_delete() -> Result<()> {
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
 fn two_crs_in_one_namespace_keep_apart() -> Result<()> {
-    install_crd()?;
+    install_crd(CRD, "memcacheds.cache.example.com")?;
     let ns = Namespace::new("mc-two");
     let _host = host_for(&ns.0)?;
     apply(&memcached(&ns.0, "a", "2")).map_err(|e| anyhow!(e))?;
@@ -153,7 +146,7 @@ fn two_crs_in_one_namespace_keep_apart() -> Result<()> {
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
 fn invalid_sizes_are_rejected_naming_the_field() -> Result<()> {
-    install_crd()?;
+    install_crd(CRD, "memcacheds.cache.example.com")?;
     let ns = Namespace::new("mc-bad");
     for size in ["-1", "\"abc\""] {
         let err = apply(&memcached(&ns.0, "bad", size)).expect_err("must be rejected");
@@ -165,7 +158,7 @@ fn invalid_sizes_are_rejected_naming_the_field() -> Result<()> {
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
 fn kill_9_mid_scale_converges_without_duplicates() -> Result<()> {
-    install_crd()?;
+    install_crd(CRD, "memcacheds.cache.example.com")?;
     let ns = Namespace::new("mc-kill");
     let mut host = host_for(&ns.0)?;
     apply(&memcached(&ns.0, "k", "2")).map_err(|e| anyhow!(e))?;

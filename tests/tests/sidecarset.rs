@@ -12,12 +12,11 @@ use wasmop_e2e::*;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const CRD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds/sidecarset.yaml");
+const CRD: &str = include_str!("../../deploy/crds/sidecarset.yaml");
 
 /// A host serving the SidecarSet plugin's webhooks for `namespaces`.
 fn host(name: &str, namespaces: &[&str]) -> Result<(Host, WebhookConfigs)> {
-    kubectl(&["apply", "--server-side", "-f", CRD]).map_err(anyhow::Error::msg)?;
-    kubectl(&["wait", "--for=condition=Established", "crd/sidecarsets.apps.kruise.io"]).map_err(anyhow::Error::msg)?;
+    install_crd(CRD, "sidecarsets.apps.kruise.io")?;
     let port = free_port();
     let wasm = plugin_path("sidecarset.wasm");
     let addr = format!("127.0.0.1:{port}");
