@@ -4,7 +4,7 @@
 # new that status.conditions is still null it fails at once instead of waiting.
 set -euo pipefail
 for _ in $(seq 150); do
-  established=$(kubectl get crd "$1" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')
+  established=$(kubectl get crd "$1" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' 2>/dev/null || true)
   [ "$established" = True ] && exit 0
   sleep 0.2
 done
