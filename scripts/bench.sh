@@ -33,8 +33,8 @@ out=$(mktemp)
   echo
   echo 'Command: `scripts/bench-admission.py` (host pinned to one core; load from a second process)'
   echo
-  echo "| setup | throughput | p50 | p99 | errors | runs |"
-  echo "|---|---|---|---|---|---|"
+  echo "| setup | throughput | p50 | p99 | host CPU per review | errors | runs |"
+  echo "|---|---|---|---|---|---|---|"
   scripts/bench-admission.py
   echo
   echo "### A healthy plugin beside hostile ones"

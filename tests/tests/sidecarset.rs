@@ -272,6 +272,10 @@ fn a_faulty_webhook_handler_is_a_clear_denial_and_the_host_keeps_serving() -> Re
     assert!(e.contains("deadline"), "{e}");
     assert!(h.alive(), "the host survived");
     apply(&cm("ok-1", "allow")).map_err(anyhow::Error::msg)?;
+    // The instance that allowed ok-1 is warm and answers the next review; the ones
+    // that trapped or timed out were dropped, or it would count more.
+    let e = apply(&cm("count", "count")).expect_err("count denies");
+    assert!(e.contains("review 2 of this instance"), "{e}");
     let (_, metrics) = h.http_get("/metrics")?;
     for result in ["allowed", "denied", "error"] {
         let line = format!(r#"wasmop_admission_reviews_total{{plugin="probe",handler="check",result="{result}"}}"#);

@@ -19,7 +19,7 @@ impl Runtime {
             return Ok(Vec::new());
         }
         let hs = self
-            .call(c, name, None, limits, async |code, i, s| {
+            .call(c, name, None, limits, None, async |code, i, s| {
                 export(code)?.load(&mut *s, i)?.call_handlers(s, settings).await
             })
             .await?;
@@ -41,7 +41,7 @@ impl Runtime {
             return Ok(Err("the plugin exports no admission interface".into()));
         }
         let name = gateway.plugin().to_owned();
-        self.call(c, &name, Some((gateway, None)), limits, async |code, i, s| {
+        self.call(c, &name, Some((gateway, None)), limits, Some(settings), async |code, i, s| {
             export(code)?.load(&mut *s, i)?.call_review(s, handler, settings, request).await
         })
         .await

@@ -25,6 +25,9 @@ pub struct Limits {
     /// Instances of this plugin alive at once, so one busy plugin cannot take every
     /// host-wide slot.
     pub max_instances: u32,
+    /// Admission reviews one instance serves before it is replaced (1: a fresh
+    /// instance per review, as for every other call); see `warm`.
+    pub reviews_per_instance: u32,
 }
 
 impl Default for Limits {
@@ -40,6 +43,9 @@ impl Default for Limits {
             // Why 16: a quarter of the default host-wide 64, so at least four busy
             // plugins can run side by side at full speed.
             max_instances: 16,
+            // Why 256: the instance's setup then costs well under a microsecond per
+            // review, and a plugin that leaks memory is reset long before it fills.
+            reviews_per_instance: 256,
         }
     }
 }

@@ -59,6 +59,10 @@ impl ResourceLimiter for Tracked {
 }
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+/// What a call may reach: the cluster through a gateway, and the object whose Events
+/// report its faults; None while the plugin only describes itself.
+pub(super) type Call = Option<(Gateway, Option<wasmop_sdk::ObjectRef>)>;
+
 /// Everything one call's Store holds. A fresh one per call: nothing leaks between calls.
 pub struct HostState {
     pub(super) wasi: WasiCtx,
@@ -77,6 +81,8 @@ pub struct HostState {
     pub(super) regarding: Option<wasmop_sdk::ObjectRef>,
     /// Fault kinds already reported by this call: one Event per kind, not a flood.
     pub(super) reported: std::collections::HashSet<&'static str>,
+    /// The budget of the plugin's stdout and stderr.
+    pub(super) output: super::output::PluginOutput,
 }
 
 impl WasiView for HostState {
@@ -86,6 +92,53 @@ impl WasiView for HostState {
 }
 
 impl HostState {
+    /// The state of a new instance for `plugin`, ready for its first call.
+    pub(super) fn new(plugin: Arc<str>, call: Call, limits: &super::Limits, memory_ceiling: usize) -> Self {
+        let (stdout, stderr) = super::output::PluginOutput::pair(plugin.clone(), limits.output_bytes);
+        let mut wasi = wasmtime_wasi::WasiCtx::builder();
+        wasi.stdout(stdout.clone()).stderr(stderr);
+        let mut state = HostState {
+            wasi: wasi.build(),
+            table: Default::default(),
+            limits: Tracked::new(
+                wasmtime::StoreLimitsBuilder::new()
+                    .memory_size(limits.memory_bytes.min(memory_ceiling))
+                    .trap_on_grow_failure(true)
+                    .build(),
+            ),
+            gateway: None,
+            regarding: None,
+            reported: Default::default(),
+            plugin,
+            max_payload: 0,
+            log_budget: 0,
+            event_budget: 0,
+            output: stdout,
+        };
+        state.begin(call, limits);
+        state
+    }
+
+    /// Starts a call, on a new instance or a warm one: cluster access as `call` gives
+    /// it, and every per-call budget full.
+    pub(super) fn begin(&mut self, call: Call, limits: &super::Limits) {
+        (self.gateway, self.regarding) = match call {
+            Some((g, regarding)) => (Some(g), regarding),
+            None => (None, None),
+        };
+        self.reported.clear();
+        self.max_payload = limits.max_payload;
+        self.log_budget = limits.log_lines;
+        self.event_budget = limits.events;
+        self.output.refill(limits.output_bytes);
+    }
+
+    /// Ends a call on an instance that will be kept: it holds no cluster access while
+    /// parked.
+    pub(super) fn end(&mut self) {
+        (self.gateway, self.regarding) = (None, None);
+    }
+
     pub(super) fn limiter(&mut self) -> &mut dyn ResourceLimiter {
         &mut self.limits
     }

@@ -21,13 +21,14 @@ mod error;
 mod host;
 mod output;
 mod tiers;
+mod warm;
 
 use host::HostState;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmop_sdk::{Action, Manifest, ObjectRef, ReconcileError};
+use wasmtime::Store;
 use wasmtime::component::Component;
-use wasmtime::{Store, StoreLimitsBuilder};
 
 use crate::gateway::Gateway;
 use config::DESCRIBE_DEADLINE;
@@ -36,6 +37,7 @@ use error::classify;
 pub use error::{RuntimeError, TrapKind};
 use tiers::{Code, Tier};
 pub use tiers::{Compiled, Compiler};
+use warm::Warm;
 
 /// A plugin's instance cap and its semaphore.
 type PluginSlots = (u32, Arc<tokio::sync::Semaphore>);
@@ -49,6 +51,8 @@ pub struct Runtime {
     /// Per plugin name: (capacity, slots).
     plugin_slots: std::sync::Mutex<std::collections::HashMap<Arc<str>, PluginSlots>>,
     config: RuntimeConfig,
+    /// Warm instances parked host-wide (at most `warm::HOST_WIDE`).
+    parked: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Runtime {
@@ -90,6 +94,7 @@ impl Runtime {
             slots: Arc::new(tokio::sync::Semaphore::new(n as usize)),
             plugin_slots: Default::default(),
             config,
+            parked: Default::default(),
         })
     }
 
@@ -185,7 +190,7 @@ impl Runtime {
     ) -> Result<Manifest, RuntimeError> {
         let limits = Limits { deadline: limits.deadline.min(DESCRIBE_DEADLINE), ..limits.clone() };
         let r = self
-            .call(c, name, None, &limits, async |code, i, s| {
+            .call(c, name, None, &limits, None, async |code, i, s| {
                 code.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await
             })
             .await?;
@@ -210,7 +215,7 @@ impl Runtime {
         };
         let name = gateway.plugin().to_owned();
         let r = self
-            .call(c, &name, Some((gateway, Some(object.clone()))), limits, async |code, i, s| {
+            .call(c, &name, Some((gateway, Some(object.clone()))), limits, None, async |code, i, s| {
                 code.reconciler.load(&mut *s, i)?.call_reconcile(s, &req).await
             })
             .await?;
@@ -220,12 +225,16 @@ impl Runtime {
         })
     }
 
+    /// One call on an instance of `c`: a fresh one, or with `warm` (the call's
+    /// settings) an idle one of the same code, settings and limits, parked again after
+    /// a clean return (see `warm`).
     async fn call<R>(
         &self,
         c: &Compiled,
         name: &str,
-        gateway: Option<(Gateway, Option<ObjectRef>)>,
+        call: host::Call,
         limits: &Limits,
+        warm: Option<&str>,
         f: impl AsyncFnOnce(&Code, &wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, RuntimeError> {
         let plugin: Arc<str> = name.into();
@@ -234,31 +243,21 @@ impl Runtime {
         let _mine =
             self.plugin_slots(&plugin, limits.max_instances).acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
         let _slot = self.slots.acquire().await.map_err(|_| RuntimeError::Closed)?;
-        let (stdout, stderr) = output::PluginOutput::pair(plugin.clone(), limits.output_bytes);
-        let mut wasi = wasmtime_wasi::WasiCtx::builder();
-        wasi.stdout(stdout).stderr(stderr);
-        let state = HostState {
-            wasi: wasi.build(),
-            table: Default::default(),
-            limits: host::Tracked::new(
-                StoreLimitsBuilder::new()
-                    .memory_size(limits.memory_bytes.min(self.config.memory_ceiling))
-                    .trap_on_grow_failure(true)
-                    .build(),
-            ),
-            gateway: gateway.as_ref().map(|(g, _)| g.clone()),
-            regarding: gateway.and_then(|(_, o)| o),
-            reported: Default::default(),
-            plugin,
-            max_payload: limits.max_payload,
-            log_budget: limits.log_lines,
-            event_budget: limits.events,
-        };
         // The code current when the call starts serves the whole call, even if a tier-up
         // lands meanwhile.
         let code = c.current();
-        let mut store = Store::new(code.pre.engine(), state);
-        store.limiter(|s| s.limiter());
+        let (mut store, instance, served) = match warm.and_then(|s| c.idle.take(&code, s, limits)) {
+            Some(mut w) => {
+                w.store.data_mut().begin(call, limits);
+                (w.store, Some(w.instance), w.served)
+            }
+            None => {
+                let state = HostState::new(plugin, call, limits, self.config.memory_ceiling);
+                let mut store = Store::new(code.pre.engine(), state);
+                store.limiter(|s| s.limiter());
+                (store, None, 0)
+            }
+        };
         // Yield to the async runtime on every tick; the timeout below bounds the total.
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(throttle());
@@ -267,8 +266,11 @@ impl Runtime {
         }
 
         let run = async {
-            let instance = code.pre.instantiate_async(&mut store).await?;
-            f(&code, &instance, &mut store).await
+            let instance = match instance {
+                Some(i) => i,
+                None => code.pre.instantiate_async(&mut store).await?,
+            };
+            f(&code, &instance, &mut store).await.map(|r| (r, instance))
         };
         let r = match tokio::time::timeout(limits.deadline, run).await {
             Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
@@ -277,7 +279,20 @@ impl Runtime {
         };
         let peak = store.data().limits.peak() as i64;
         crate::metrics::METRICS.plugin_memory.get_or_create(&crate::metrics::labels(&[("plugin", name)])).set(peak);
-        r
+        let (r, instance) = r?;
+        if let Some(settings) = warm {
+            store.data_mut().end();
+            let w = Warm {
+                code,
+                store,
+                instance,
+                settings: settings.to_owned(),
+                limits: limits.clone(),
+                served: served + 1,
+            };
+            c.idle.park(w, &self.parked);
+        }
+        Ok(r)
     }
 
     fn plugin_slots(&self, plugin: &Arc<str>, cap: u32) -> Arc<tokio::sync::Semaphore> {

@@ -30,6 +30,11 @@ impl PluginOutput {
             PluginOutput { plugin, stream: "stderr", budget },
         )
     }
+
+    /// Gives the pair a new budget of `bytes`: a warm instance's next call.
+    pub fn refill(&self, bytes: usize) {
+        self.budget.store(bytes, Ordering::Relaxed);
+    }
 }
 
 impl IsTerminal for PluginOutput {

@@ -50,7 +50,8 @@ pub(super) struct Tier {
 impl Tier {
     pub fn optimizing(config: &RuntimeConfig) -> Result<Tier, RuntimeError> {
         let mut pool = PoolingAllocationConfig::default();
-        let n = config.max_instances.max(1);
+        // Room for every running call plus the parked warm instances (see `warm`).
+        let n = config.max_instances.max(1) + super::warm::HOST_WIDE as u32;
         pool.total_component_instances(n + 2)
             .total_core_instances((n + 2) * 10)
             .total_memories((n + 2) * 2)
@@ -122,11 +123,12 @@ pub(super) struct Code {
 pub struct Compiled {
     code: Arc<ArcSwap<Code>>,
     size: usize,
+    pub(super) idle: super::warm::Idle,
 }
 
 impl Compiled {
     pub(super) fn new(code: Code, size: usize) -> Compiled {
-        Compiled { code: Arc::new(ArcSwap::from_pointee(code)), size }
+        Compiled { code: Arc::new(ArcSwap::from_pointee(code)), size, idle: Default::default() }
     }
 
     pub(super) fn current(&self) -> Arc<Code> {

@@ -7,6 +7,7 @@
 //! | `wasmop.io/memory-mib` | linear memory of one instance |
 //! | `wasmop.io/fuel` | fuel per call (when the host meters fuel) |
 //! | `wasmop.io/max-instances` | instances of this plugin alive at once |
+//! | `wasmop.io/reviews-per-instance` | admission reviews one instance serves (`1`: a fresh instance each) |
 //! | `wasmop.io/allowed-namespaces` | `a,b`: the plugin's world is these namespaces |
 //! | `wasmop.io/allowed-kinds` | `v1/ConfigMap,apps/v1/Deployment`: and these kinds |
 //!
@@ -73,6 +74,9 @@ pub fn apply(
     if let Some(n) = number::<u32>(annotations, "max-instances")? {
         l.max_instances = clamp("max-instances", n.max(1), ceilings.max_instances);
     }
+    if let Some(n) = number::<u32>(annotations, "reviews-per-instance")? {
+        l.reviews_per_instance = n.max(1);
+    }
     let kinds = list(annotations, "allowed-kinds")
         .map(|ks| {
             ks.iter()
@@ -108,6 +112,7 @@ mod tests {
                 ("deadline-seconds", "5"),
                 ("memory-mib", "4096"),
                 ("max-instances", "2"),
+                ("reviews-per-instance", "0"),
                 ("allowed-namespaces", "a, b"),
             ]),
             &Limits::default(),
@@ -117,6 +122,7 @@ mod tests {
         assert_eq!(l.deadline, Duration::from_secs(5));
         assert_eq!(l.memory_bytes, 256 << 20, "clamped to the ceiling");
         assert_eq!(l.max_instances, 2);
+        assert_eq!(l.reviews_per_instance, 1, "at least the one review an instance is made for");
         assert_eq!(n.namespaces, Some(vec!["a".to_string(), "b".to_string()]));
         let (_, n) =
             apply(&ann(&[("allowed-kinds", "v1/ConfigMap,apps/v1/Deployment")]), &Limits::default(), &ceilings())

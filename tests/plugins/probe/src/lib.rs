@@ -125,10 +125,15 @@ impl wasmop_sdk::Webhooks for Probe {
         _settings: &str,
         req: &wasmop_sdk::AdmissionRequest,
     ) -> wasmop_sdk::AdmissionResponse {
+        use std::sync::atomic::{AtomicU32, Ordering};
         use wasmop_sdk::AdmissionResponse;
+        // Reviews this instance has answered, this one included: 1 on a fresh instance.
+        static REVIEWS: AtomicU32 = AtomicU32::new(0);
+        let served = REVIEWS.fetch_add(1, Ordering::Relaxed) + 1;
         let mode = req.object.as_ref().and_then(|o| o.pointer("/data/admission")).and_then(|m| m.as_str());
         match mode {
             Some("deny") => AdmissionResponse::deny("data.admission: the probe denies \"deny\""),
+            Some("count") => AdmissionResponse::deny(format!("review {served} of this instance")),
             Some("panic") => panic!("probe panics in its webhook"),
             Some("loop") =>
             {

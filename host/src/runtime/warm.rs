@@ -1,0 +1,94 @@
+//! Warm instances for admission reviews: an instance that answered a review cleanly
+//! is parked and serves the next review of the same plugin version, instead of a fresh
+//! instance per review.
+//!
+//! Why only reviews: a webhook sits in the apiserver's request path for every object
+//! it matches, so its per-call cost is the cluster's write latency; a fresh instance
+//! costs ~45 µs plus the page faults of a new linear memory, about a fifth of a
+//! SidecarSet injection. Reconciles run off the request path and keep a fresh instance
+//! per call.
+//!
+//! Guarantees: a parked instance serves only the same code (a tier-up or a new version
+//! parks anew), the same settings and the same limits; it is parked only after a call
+//! that returned normally (a trap, a timeout or a host error drops it, as before); it
+//! is replaced after `Limits::reviews_per_instance` reviews, which bounds what a leak
+//! in the plugin can accumulate. Per-call budgets (logs, Events, output, deadline,
+//! fuel) start afresh on every call. Caveat: the plugin's own memory persists between
+//! the reviews one instance serves, as in any long-running webhook server; a plugin
+//! ConfigMap annotated `wasmop.io/reviews-per-instance: "1"` gets a fresh instance
+//! per review.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use wasmtime::Store;
+use wasmtime::component::Instance;
+
+use super::Limits;
+use super::host::HostState;
+use super::tiers::Code;
+
+/// Idle instances one plugin version keeps. Why 4: reviews rarely wait inside a call,
+/// so a busy webhook on a few cores has about that many in flight.
+const PER_PLUGIN: usize = 4;
+
+/// Idle instances the whole host keeps, and so the pool slots set aside for them. Why
+/// 16: each holds the linear memory its reviews touched (1–2 MiB for SidecarSet
+/// injection) and a slot of the pooling allocator.
+pub(super) const HOST_WIDE: usize = 16;
+
+/// An instance between two reviews.
+pub(super) struct Warm {
+    pub code: Arc<Code>,
+    pub store: Store<HostState>,
+    pub instance: Instance,
+    pub settings: String,
+    pub limits: Limits,
+    /// Reviews served so far.
+    pub served: u32,
+}
+
+/// A plugin version's idle instances. Cheap to clone; clones share the instances, and
+/// they go when the last clone of the plugin version does.
+#[derive(Clone, Default)]
+pub(super) struct Idle(Arc<Mutex<Vec<Parked>>>);
+
+/// A parked instance, counted in the host-wide total while it lives.
+struct Parked {
+    warm: Option<Warm>,
+    count: Arc<AtomicUsize>,
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Idle {
+    /// The most recently parked instance fit to serve a call of `code` under `settings`
+    /// and `limits`. Instances of other code (after a tier-up) are dropped on the way.
+    pub fn take(&self, code: &Arc<Code>, settings: &str, limits: &Limits) -> Option<Warm> {
+        let mut idle = self.0.lock().unwrap();
+        idle.retain(|p| p.warm.as_ref().is_some_and(|w| Arc::ptr_eq(&w.code, code)));
+        let i = idle
+            .iter()
+            .rposition(|p| p.warm.as_ref().is_some_and(|w| w.settings == settings && w.limits == *limits))?;
+        idle.remove(i).warm.take()
+    }
+
+    /// Parks `warm` for the next call, unless it has served its share or there is no
+    /// room (this plugin's idle instances, or the host-wide `count`).
+    pub fn park(&self, warm: Warm, count: &Arc<AtomicUsize>) {
+        if warm.served >= warm.limits.reviews_per_instance {
+            return;
+        }
+        let mut idle = self.0.lock().unwrap();
+        if idle.len() >= PER_PLUGIN {
+            return;
+        }
+        if count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < HOST_WIDE).then_some(n + 1)).is_err() {
+            return;
+        }
+        idle.push(Parked { warm: Some(warm), count: count.clone() });
+    }
+}
