@@ -28,6 +28,11 @@ impl ListParams {
 pub trait Cluster {
     fn get(&self, object: &ObjectRef) -> Result<serde_json::Value, Error>;
     fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<serde_json::Value>, Error>;
+    /// The same list as JSON text, an array of objects: as the host sends it, so
+    /// [`ClusterExt::list_shared`] can tell an answer it has parsed before.
+    fn list_text(&self, kind: &KindRef, params: &ListParams) -> Result<String, Error> {
+        Ok(serde_json::Value::Array(self.list(kind, params)?).to_string())
+    }
     fn create(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error>;
     fn update(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error>;
     fn update_status(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error>;
@@ -57,6 +62,37 @@ pub trait ClusterExt: Cluster {
         self.list(&KindRef::of::<T>(), params)?.into_iter().map(from_value).collect()
     }
 
+    /// [`list_of`](Self::list_of) for lists read on every call, such as the policies
+    /// or SidecarSets a webhook consults for each review: when the host answers with
+    /// the same text as the last time this instance listed `T` with `params`, the list
+    /// parsed then is returned instead of parsing it again.
+    ///
+    /// It pays where one instance serves many calls, as admission reviews do (see the
+    /// README); a reconcile runs in a fresh instance, where this is `list_of` plus one
+    /// comparison. Answers are compared byte for byte, so a changed object, or the same
+    /// objects in another order, is parsed afresh: the result is never stale.
+    fn list_shared<T: Object + 'static>(&self, params: &ListParams) -> Result<std::rc::Rc<Vec<T>>, Error> {
+        let text = self.list_text(&KindRef::of::<T>(), params)?;
+        let key = (std::any::TypeId::of::<T>(), params.clone());
+        let hit = SHARED.with_borrow(|m| {
+            m.iter().find(|e| e.key == key && e.text == text).and_then(|e| e.list.clone().downcast::<Vec<T>>().ok())
+        });
+        if let Some(list) = hit {
+            return Ok(list);
+        }
+        let values: Vec<serde_json::Value> =
+            serde_json::from_str(&text).map_err(|e| Error::Internal(format!("host returned bad JSON: {e}")))?;
+        let list = std::rc::Rc::new(values.into_iter().map(from_value).collect::<Result<Vec<T>, Error>>()?);
+        SHARED.with_borrow_mut(|m| {
+            m.retain(|e| e.key != key);
+            if m.len() == SHARED_LISTS {
+                m.remove(0);
+            }
+            m.push(SharedList { key, text, list: list.clone() });
+        });
+        Ok(list)
+    }
+
     fn create_obj<T: Object>(&self, object: &T) -> Result<T, Error> {
         from_value(self.create(&to_value(object)?)?)
     }
@@ -75,6 +111,21 @@ pub trait ClusterExt: Cluster {
 }
 
 impl<C: Cluster + ?Sized> ClusterExt for C {}
+
+/// Lists [`ClusterExt::list_shared`] remembers per instance. Why 8: a handler reads a
+/// few kinds per call; more would only hold memory for lists nobody asks for again.
+const SHARED_LISTS: usize = 8;
+
+/// A list parsed by [`ClusterExt::list_shared`], with the text it was parsed from.
+struct SharedList {
+    key: (std::any::TypeId, ListParams),
+    text: String,
+    list: std::rc::Rc<dyn std::any::Any>,
+}
+
+thread_local! {
+    static SHARED: std::cell::RefCell<Vec<SharedList>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Serializes `object` with its apiVersion and kind filled in (k8s-openapi types carry
 /// them implicitly; kube `CustomResource` types carry them as fields).

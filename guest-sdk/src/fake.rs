@@ -373,4 +373,23 @@ mod tests {
             .is_err()
         );
     }
+
+    #[test]
+    fn list_shared_parses_a_list_again_only_when_its_text_changes() {
+        let f = FakeCluster::new();
+        let a = f.create(&cm("a")).unwrap();
+        let in_d = ListParams::namespace("d");
+        let first = f.list_shared::<ConfigMap>(&in_d).unwrap();
+        let again = f.list_shared::<ConfigMap>(&in_d).unwrap();
+        assert!(std::rc::Rc::ptr_eq(&first, &again), "unchanged: the list parsed before");
+        // Other params are another list.
+        assert!(f.list_shared::<ConfigMap>(&ListParams::namespace("e")).unwrap().is_empty());
+        let mut changed = a.clone();
+        changed["data"]["k"] = "w".into();
+        f.update(&changed).unwrap();
+        let after = f.list_shared::<ConfigMap>(&in_d).unwrap();
+        assert!(!std::rc::Rc::ptr_eq(&first, &after), "a changed object is parsed afresh");
+        assert_eq!(after[0].data.as_ref().unwrap()["k"], "w");
+        assert_eq!(first[0].data.as_ref().unwrap()["k"], "v", "an earlier result is left as it was");
+    }
 }

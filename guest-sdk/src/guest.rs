@@ -63,15 +63,17 @@ impl Cluster for HostCluster {
     }
 
     fn list(&self, kind: &KindRef, p: &ListParams) -> Result<Vec<serde_json::Value>, Error> {
+        let text = self.list_text(kind, p)?;
+        serde_json::from_str(&text).map_err(|e| Error::Internal(format!("host returned a bad list: {e}")))
+    }
+
+    fn list_text(&self, kind: &KindRef, p: &ListParams) -> Result<String, Error> {
         let params = cluster::ListParams {
             namespace: p.namespace.clone(),
             label_selector: p.label_selector.clone(),
             field_selector: p.field_selector.clone(),
         };
-        match parse(cluster::list(&wit_kind(kind), &params))? {
-            serde_json::Value::Array(items) => Ok(items),
-            _ => Err(Error::Internal("host returned a list that is not a JSON array".into())),
-        }
+        cluster::list(&wit_kind(kind), &params).map_err(sdk_error)
     }
 
     fn create(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error> {

@@ -58,7 +58,7 @@ impl PrimaryCache {
     }
 
     /// Some(answer) when the cache can answer this list.
-    pub fn list(&self, kind: &KindRef, p: &ListParams) -> Option<Result<Vec<Value>, Error>> {
+    pub fn list(&self, kind: &KindRef, p: &ListParams) -> Option<Result<Vec<Arc<Value>>, Error>> {
         if *kind != self.kind || p.field_selector.is_some() || !self.covers(p.namespace.as_deref()) {
             return None;
         }
@@ -73,7 +73,7 @@ impl PrimaryCache {
             .filter(|(_, v)| selector.as_ref().is_none_or(|s| s.matches_json(v.pointer("/metadata/labels"))))
             .collect();
         out.sort_by(|a, b| a.0.cmp(b.0));
-        Some(Ok(out.into_iter().map(|(_, v)| (**v).clone()).collect()))
+        Some(Ok(out.into_iter().map(|(_, v)| v.clone()).collect()))
     }
 }
 

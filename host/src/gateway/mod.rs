@@ -121,12 +121,15 @@ impl Gateway {
         self.counted(Verb::Get, self.backend.get(object).await)
     }
 
-    pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Value>, Error> {
+    /// Objects are shared, not copied, when they come from the watch cache: a webhook
+    /// may list on every review.
+    pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Arc<Value>>, Error> {
         self.check(kind, Verb::List, params.namespace.as_deref())?;
         if let Some(r) = self.cache.as_ref().and_then(|c| c.list(kind, params)) {
             return self.counted(Verb::List, r);
         }
-        self.counted(Verb::List, self.backend.list(kind, params).await)
+        let r = self.backend.list(kind, params).await.map(|items| items.into_iter().map(Arc::new).collect());
+        self.counted(Verb::List, r)
     }
 
     pub async fn create(&self, object: Value) -> Result<Value, Error> {

@@ -228,7 +228,10 @@ impl cluster::Host for HostState {
             label_selector: params.label_selector,
             field_selector: params.field_selector,
         };
-        let r = g.list(&kind, &params).await.map(|items| serde_json::Value::Array(items).to_string()).map_err(to_wit);
+        let r =
+            g.list(&kind, &params).await.map_err(to_wit).and_then(|items| {
+                serde_json::to_string(&items).map_err(|e| types::Error::Internal(format!("list: {e}")))
+            });
         Ok(self.denied(r).await)
     }
 

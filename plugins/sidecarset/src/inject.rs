@@ -60,7 +60,7 @@ fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
 
 /// Injects every SidecarSet in `sets` (the ones that select this Pod, not paused, in
 /// name order) into `pod`. Returns false when nothing was to be injected.
-pub fn inject(pod: &mut Value, sets: &[SidecarSet]) -> bool {
+pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
     if sets.is_empty() {
         return false;
     }

@@ -80,11 +80,13 @@ pub fn namespace_labels(ctx: &Context<'_>, ns: &str) -> Result<BTreeMap<String, 
 fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse {
     let Some(mut pod) = req.object.clone() else { return AdmissionResponse::allow() };
     let ns = req.namespace.clone().unwrap_or_default();
-    let mut sets: Vec<SidecarSet> = match ctx.list_of(&ListParams::default()) {
+    // Every new Pod reads the same few SidecarSets: parsed once per change, not per Pod.
+    let all = match ctx.list_shared::<SidecarSet>(&ListParams::default()) {
         Ok(l) => l,
         Err(e) => return AdmissionResponse::deny(format!("cannot list SidecarSets to inject sidecars: {e}")),
     };
-    sets.retain(|s| !s.spec.injection_strategy.paused && s.metadata.deletion_timestamp.is_none());
+    let mut sets: Vec<&SidecarSet> =
+        all.iter().filter(|s| !s.spec.injection_strategy.paused && s.metadata.deletion_timestamp.is_none()).collect();
     let ns_labels = if sets.iter().any(|s| s.spec.namespace_selector.is_some()) {
         match namespace_labels(ctx, &ns) {
             Ok(l) => l,
