@@ -30,6 +30,10 @@ pub struct RunArgs {
     /// Compiler for plugin code: tiered (Winch at once, Cranelift in the background), optimizing (Cranelift only) or baseline (Winch only).
     #[arg(long, env = "WASMOP_PLUGIN_COMPILER", value_enum, default_value_t = wasmop::runtime::Compiler::Tiered)]
     plugin_compiler: wasmop::runtime::Compiler,
+    /// Write /tmp/perf-<pid>.map naming each plugin function's code, so `perf record -p` /
+    /// `perf report` show plugin functions instead of bare addresses (for profiling plugins).
+    #[arg(long, env = "WASMOP_PLUGIN_PERF_MAP")]
+    plugin_perf_map: bool,
     /// Concurrent reconciles per plugin.
     #[arg(long, env = "WASMOP_WORKERS", default_value_t = 4)]
     workers: usize,
@@ -109,6 +113,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         memory_ceiling: (args.plugin_memory_ceiling_mib.max(args.plugin_memory_mib)) << 20,
         fuel: args.plugin_fuel > 0,
         compiler: args.plugin_compiler,
+        perf_map: args.plugin_perf_map,
         ..Default::default()
     })?);
     let limits = Limits {

@@ -69,6 +69,9 @@ pub struct RuntimeConfig {
     pub fuel: bool,
     /// Which compiler makes plugin code; see [`super::Compiler`].
     pub compiler: super::Compiler,
+    /// Name plugin code for `perf` in /tmp/perf-<pid>.map. Off by default: the file
+    /// grows with every compile and only a profiler reads it.
+    pub perf_map: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -80,6 +83,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             fuel: false,
             compiler: super::Compiler::default(),
+            perf_map: false,
         }
     }
 }

@@ -105,6 +105,9 @@ fn base_config(config: &RuntimeConfig) -> Config {
         .memory_reservation(4 << 30)
         .memory_guard_size(32 << 20)
         .memory_reservation_for_growth(0);
+    if config.perf_map {
+        cfg.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     cfg
 }
 
