@@ -8,15 +8,26 @@ use crate::types::{SidecarContainer, SidecarSet};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
-fn names(list: &[Value]) -> Vec<String> {
-    list.iter().filter_map(|c| c["name"].as_str().map(str::to_owned)).collect()
+/// The array `key` of the Pod's spec, moved out, and whether the Pod had that field.
+fn take_spec(pod: &mut Value, key: &str) -> (Vec<Value>, bool) {
+    match pod["spec"].as_object_mut().and_then(|s| s.remove(key)) {
+        Some(Value::Array(a)) => (a, true),
+        had => (Vec::new(), had.is_some()),
+    }
+}
+
+/// `v` as an array, moved out of it (no copy); empty when it is none.
+fn take_array(v: &mut Value) -> Vec<Value> {
+    match v.take() {
+        Value::Array(a) => a,
+        _ => Vec::new(),
+    }
 }
 
 /// The sidecar as it goes into the Pod: IS_INJECTED, transferred env, shared mounts.
 fn sidecar(sc: &SidecarContainer, app: &[Value]) -> Value {
     let mut c = serde_json::to_value(&sc.container).unwrap_or_default();
-    let env = c["env"].as_array().cloned().unwrap_or_default();
-    let mut env: Vec<Value> = env.into_iter().filter(|e| e["name"] != "IS_INJECTED").collect();
+    let mut env: Vec<Value> = take_array(&mut c["env"]).into_iter().filter(|e| e["name"] != "IS_INJECTED").collect();
     env.push(json!({"name": "IS_INJECTED", "value": "true"}));
     for t in &sc.transfer_env {
         let Some(src) = t.source_container_name.as_deref() else { continue };
@@ -33,11 +44,11 @@ fn sidecar(sc: &SidecarContainer, app: &[Value]) -> Value {
     c["env"] = Value::Array(env);
     let shared = sc.share_volume_policy.as_ref().and_then(|p| p.type_.as_deref()) == Some("enabled");
     if shared {
-        let mut mounts = c["volumeMounts"].as_array().cloned().unwrap_or_default();
-        for m in app.iter().flat_map(|a| a["volumeMounts"].as_array().cloned().unwrap_or_default()) {
+        let mut mounts = take_array(&mut c["volumeMounts"]);
+        for m in app.iter().flat_map(|a| a["volumeMounts"].as_array().into_iter().flatten()) {
             let clash = mounts.iter().any(|x| x["name"] == m["name"] || x["mountPath"] == m["mountPath"]);
             if !clash {
-                mounts.push(m);
+                mounts.push(m.clone());
             }
         }
         c["volumeMounts"] = Value::Array(mounts);
@@ -64,21 +75,23 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
     if sets.is_empty() {
         return false;
     }
-    let app = pod["spec"]["containers"].as_array().cloned().unwrap_or_default();
+    // Moved out of the Pod, not copied: each goes back in at the end (the optional ones
+    // only if the Pod had them or something was added).
+    let app = take_array(&mut pod["spec"]["containers"]);
     let mut containers = app.clone();
-    let mut inits = pod["spec"]["initContainers"].as_array().cloned().unwrap_or_default();
-    let mut volumes = pod["spec"]["volumes"].as_array().cloned().unwrap_or_default();
-    let mut secrets = pod["spec"]["imagePullSecrets"].as_array().cloned().unwrap_or_default();
+    let (mut inits, had_inits) = take_spec(pod, "initContainers");
+    let (mut volumes, had_volumes) = take_spec(pod, "volumes");
+    let (mut secrets, had_secrets) = take_spec(pod, "imagePullSecrets");
     let mut hash = annotation_map(pod, HASH);
     let mut hash_wo = annotation_map(pod, HASH_WITHOUT_IMAGE);
     let mut injected: Vec<String> = pod["metadata"]["annotations"][INJECTED_LIST]
         .as_str()
         .map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_owned).collect())
         .unwrap_or_default();
-    let mut annotations: BTreeMap<String, Value> = pod["metadata"]["annotations"]
-        .as_object()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default();
+    let mut annotations = match pod["metadata"]["annotations"].take() {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    };
 
     for ss in sets {
         let name = ss.metadata.name.clone().unwrap_or_default();
@@ -90,7 +103,7 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
         let mounted: Vec<String> = cs
             .iter()
             .chain(&is)
-            .flat_map(|(_, v)| v["volumeMounts"].as_array().cloned().unwrap_or_default())
+            .flat_map(|(_, v)| v["volumeMounts"].as_array().into_iter().flatten())
             .filter_map(|m| m["name"].as_str().map(str::to_owned))
             .collect();
         for v in &ss.spec.volumes {
@@ -129,7 +142,7 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
             }
         }
         let (h, w) = current_hashes(ss);
-        let list = names(&cs.iter().chain(&is).map(|(_, v)| v.clone()).collect::<Vec<_>>());
+        let list: Vec<&str> = cs.iter().chain(&is).filter_map(|(_, v)| v["name"].as_str()).collect();
         hash.insert(name.clone(), json!({"hash": h, "sidecarSetName": name, "sidecarList": list}));
         hash_wo.insert(name.clone(), json!({"hash": w, "sidecarSetName": name, "sidecarList": list}));
         if !injected.contains(&name) {
@@ -140,16 +153,16 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
     annotations.insert(HASH_WITHOUT_IMAGE.into(), json!(serde_json::to_string(&hash_wo).unwrap_or_default()));
     annotations.insert(INJECTED_LIST.into(), json!(injected.join(",")));
 
-    pod["metadata"]["annotations"] = json!(annotations);
+    pod["metadata"]["annotations"] = Value::Object(annotations);
     pod["spec"]["containers"] = Value::Array(containers);
-    if !inits.is_empty() {
-        pod["spec"]["initContainers"] = Value::Array(inits);
-    }
-    if !volumes.is_empty() {
-        pod["spec"]["volumes"] = Value::Array(volumes);
-    }
-    if !secrets.is_empty() {
-        pod["spec"]["imagePullSecrets"] = Value::Array(secrets);
+    for (key, list, had) in [
+        ("initContainers", inits, had_inits),
+        ("volumes", volumes, had_volumes),
+        ("imagePullSecrets", secrets, had_secrets),
+    ] {
+        if had || !list.is_empty() {
+            pod["spec"][key] = Value::Array(list);
+        }
     }
     true
 }
