@@ -63,7 +63,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 /// report its faults; None while the plugin only describes itself.
 pub(super) type Call = Option<(Gateway, Option<wasmop_sdk::ObjectRef>)>;
 
-/// Everything one call's Store holds. A fresh one per call: nothing leaks between calls.
+/// Everything one instance's Store holds. A new instance gets a new one; a warm
+/// instance's next call starts with [`HostState::begin`], so no budget, cluster access
+/// or reported fault carries over between calls.
 pub struct HostState {
     pub(super) wasi: WasiCtx,
     pub(super) table: ResourceTable,

@@ -4,9 +4,10 @@
 //! quick loads — see `tiers`), with epoch interruption driven by a ticker thread, and
 //! their Linkers with the contract's imports and a locked-down WASI.
 //! [`Runtime::compile`] turns plugin bytes into a [`Compiled`] (Component + pre-checked
-//! instantiation) and [`Runtime::optimize`] later swaps in Cranelift's code; each call
-//! gets a **fresh Store**, so no state survives between reconciles and a trapped
-//! instance is simply dropped.
+//! instantiation) and [`Runtime::optimize`] later swaps in Cranelift's code. Each
+//! reconcile gets a **fresh Store**, so no state survives between reconciles and a
+//! trapped instance is simply dropped; admission reviews may run on a warm instance of
+//! the same plugin version instead (`warm`).
 //!
 //! Every call is bounded: a wall-clock deadline (the epoch ticker makes the guest yield
 //! every tick, so a spinning plugin never blocks a runtime thread and the deadline can

@@ -4,9 +4,9 @@
 //!
 //! Why only reviews: a webhook sits in the apiserver's request path for every object
 //! it matches, so its per-call cost is the cluster's write latency; a fresh instance
-//! costs ~45 µs plus the page faults of a new linear memory, about a fifth of a
-//! SidecarSet injection. Reconciles run off the request path and keep a fresh instance
-//! per call.
+//! (instantiation, and the page faults of a new linear memory) was about a third of the
+//! host's CPU per SidecarSet injection (BENCHMARKS.md, fifth pass). Reconciles run off
+//! the request path and keep a fresh instance per call.
 //!
 //! Guarantees: a parked instance serves only the same code (a tier-up or a new version
 //! parks anew), the same settings and the same limits; it is parked only after a call
@@ -32,8 +32,8 @@ use super::tiers::Code;
 const PER_PLUGIN: usize = 4;
 
 /// Idle instances the whole host keeps, and so the pool slots set aside for them. Why
-/// 16: each holds the linear memory its reviews touched (1–2 MiB for SidecarSet
-/// injection) and a slot of the pooling allocator.
+/// 16: each holds the linear memory its reviews touched and a slot of the pooling
+/// allocator, so a host serving many webhook plugins keeps only the busiest warm.
 pub(super) const HOST_WIDE: usize = 16;
 
 /// An instance between two reviews.
