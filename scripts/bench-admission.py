@@ -155,5 +155,6 @@ def report(setup, rows):
     errors = sum(int(r[3]) for r in rows)
     print(f"| {setup} | {rps:.0f} reviews/s | {p50:.2f} ms | {p99:.2f} ms | {cpu:.0f} µs | {errors} | {len(rows)} × {SECS} s |")
 
+
 if __name__ == "__main__":
     main()
