@@ -247,7 +247,7 @@ impl Runtime {
         // The code current when the call starts serves the whole call, even if a tier-up
         // lands meanwhile.
         let code = c.current();
-        let (mut store, instance, served) = match warm.and_then(|s| c.idle.take(&code, s, limits)) {
+        let (mut store, instance, served) = match warm.and_then(|s| c.idle.take(name, &code, s, limits)) {
             Some(mut w) => {
                 w.store.data_mut().begin(call, limits);
                 (w.store, Some(w.instance), w.served)

@@ -8,8 +8,10 @@
 //! host's CPU per SidecarSet injection (BENCHMARKS.md, fifth pass). Reconciles run off
 //! the request path and keep a fresh instance per call.
 //!
-//! Guarantees: a parked instance serves only the same code (a tier-up or a new version
-//! parks anew), the same settings and the same limits; it is parked only after a call
+//! Guarantees: a parked instance serves only the plugin it was made for (plugins loaded
+//! from the same bytes share compiled code, never instances), the same code (a tier-up
+//! or a new version parks anew), the same settings and the same limits; it is parked
+//! only after a call
 //! that returned normally (a trap, a timeout or a host error drops it, as before); it
 //! is replaced after `Limits::reviews_per_instance` reviews, which bounds what a leak
 //! in the plugin can accumulate. Per-call budgets (logs, Events, output, deadline,
@@ -27,8 +29,9 @@ use super::Limits;
 use super::host::HostState;
 use super::tiers::Code;
 
-/// Idle instances one plugin version keeps. Why 4: reviews rarely wait inside a call,
-/// so a busy webhook on a few cores has about that many in flight.
+/// Idle instances kept per compiled plugin (shared by the plugins loaded from the same
+/// bytes). Why 4: reviews rarely wait inside a call, so a busy webhook on a few cores
+/// has about that many in flight.
 const PER_PLUGIN: usize = 4;
 
 /// Idle instances the whole host keeps, and so the pool slots set aside for them. Why
@@ -65,26 +68,27 @@ impl Drop for Parked {
 }
 
 impl Idle {
-    /// The most recently parked instance fit to serve a call of `code` under `settings`
-    /// and `limits`. Instances of other code (after a tier-up) are dropped on the way.
-    pub fn take(&self, code: &Arc<Code>, settings: &str, limits: &Limits) -> Option<Warm> {
+    /// The most recently parked instance fit to serve a call of `plugin` running `code`
+    /// under `settings` and `limits`. Instances of other code (after a tier-up) are
+    /// dropped on the way.
+    pub fn take(&self, plugin: &str, code: &Arc<Code>, settings: &str, limits: &Limits) -> Option<Warm> {
         let mut idle = self.0.lock().unwrap();
         idle.retain(|p| p.warm.as_ref().is_some_and(|w| Arc::ptr_eq(&w.code, code)));
-        let i = idle
-            .iter()
-            .rposition(|p| p.warm.as_ref().is_some_and(|w| w.settings == settings && w.limits == *limits))?;
+        let fits = |w: &Warm| &*w.store.data().plugin == plugin && w.settings == settings && w.limits == *limits;
+        let i = idle.iter().rposition(|p| p.warm.as_ref().is_some_and(fits))?;
         idle.remove(i).warm.take()
     }
 
-    /// Parks `warm` for the next call, unless it has served its share or there is no
-    /// room (this plugin's idle instances, or the host-wide `count`).
+    /// Parks `warm` for the next call, unless it has served its share or the host-wide
+    /// `count` is full. Past the per-version cap the least recently parked instance
+    /// goes: it may be one nothing asks for any more (its plugin's settings changed).
     pub fn park(&self, warm: Warm, count: &Arc<AtomicUsize>) {
         if warm.served >= warm.limits.reviews_per_instance {
             return;
         }
         let mut idle = self.0.lock().unwrap();
         if idle.len() >= PER_PLUGIN {
-            return;
+            idle.remove(0);
         }
         if count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < HOST_WIDE).then_some(n + 1)).is_err() {
             return;
