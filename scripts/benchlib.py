@@ -40,10 +40,10 @@ def wait_ready(log, timeout=300):
 
 def build(example=None):
     """The host (or one of its examples) in the chosen profile; returns the binary."""
-    # --workspace, as everywhere: the same dependency features as the tests' build.
-    args = ["cargo", "build", "-q", "--workspace", "--profile", PROFILE]
     if not example and os.environ.get("WASMOP_BENCH_HOST"):
         return HOST
+    # --workspace, as everywhere: the same dependency features as the tests' build.
+    args = ["cargo", "build", "-q", "--workspace", "--profile", PROFILE]
     args += ["--example", example] if example else ["--bins"]
     subprocess.run(args, cwd=ROOT, check=True)
     return os.path.join(OUT, "examples", example) if example else HOST

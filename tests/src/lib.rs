@@ -60,18 +60,19 @@ pub fn get_json(args: &[&str]) -> Option<serde_json::Value> {
 }
 
 /// Applies a CRD (server-side: a big schema would overflow the client-side annotation)
-/// and waits until the apiserver serves it. `kubectl wait --for=condition=Established`
-/// alone is not enough: on a CRD so new that `status.conditions` is still null it fails
-/// at once instead of waiting.
+/// and waits until the apiserver serves it, with the scripts' `wait-crd.sh` (plain
+/// `kubectl wait` fails at once on a CRD whose conditions are still null).
 pub fn install_crd(yaml: &str, name: &str) -> Result<()> {
     apply_server_side(yaml).map_err(anyhow::Error::msg)?;
-    let established = r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#;
-    eventually(&format!("CRD {name} established"), Duration::from_secs(30), || {
-        match kubectl(&["get", "crd", name, "-o", established]).map_err(anyhow::Error::msg)? {
-            s if s.trim() == "True" => Ok(()),
-            s => bail!("Established is {:?}", s.trim()),
-        }
-    })
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/wait-crd.sh"))
+        .arg(name)
+        .env("KUBECONFIG", kubeconfig())
+        .output()
+        .context("run scripts/wait-crd.sh")?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
 }
 
 /// A fresh namespace for one test, deleted (without waiting) when dropped.

@@ -43,8 +43,9 @@ impl Default for Limits {
             // Why 16: a quarter of the default host-wide 64, so at least four busy
             // plugins can run side by side at full speed.
             max_instances: 16,
-            // Why 256: the instance's setup then costs well under a microsecond per
-            // review, and a plugin that leaks memory is reset long before it fills.
+            // Why 256: a fresh instance cost ~100 µs of host CPU per SidecarSet review
+            // (BENCHMARKS.md, fifth pass), so this spreads it to under half a
+            // microsecond, and a plugin that leaks memory is reset long before it fills.
             reviews_per_instance: 256,
         }
     }

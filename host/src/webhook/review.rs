@@ -169,13 +169,13 @@ pub fn finish(request: &str, answer: &str, mutating: bool) -> Result<Value, Stri
     if !r.allowed {
         return Ok(out);
     }
-    let patch = match (&r.patch, &r.object) {
+    let patch = match (r.patch, &r.object) {
         (Some(p), _) => {
             let bytes = base64::engine::general_purpose::STANDARD
-                .decode(p)
+                .decode(&p)
                 .map_err(|e| format!("`patch` is not base64: {e}"))?;
             check_patch(&bytes).map_err(|e| format!("`patch` is not a JSONPatch: {e}"))?;
-            Some(p.clone())
+            Some(p)
         }
         (None, Some(obj)) => {
             let incoming: Incoming = serde_json::from_str(request).map_err(|e| format!("request: {e}"))?;
