@@ -104,13 +104,15 @@ def main():
             with control_plane_paused():
                 closed = [measure(host.pid, load + [str(SECS)]) for _ in range(RUNS)]
                 opened = [measure(host.pid, load + [str(SECS), str(RATE)]) for _ in range(RUNS)]
+                poisson = [measure(host.pid, load + [str(SECS), f"poisson:{RATE}"]) for _ in range(RUNS)]
         finally:
             host.terminate()
             host.wait(timeout=30)
             kubectl("delete", "mutatingwebhookconfiguration", "bench-admission", check=False)
             kubectl("delete", "sidecarset", "bench-sidecars", "--wait=false", check=False)
     report(f"{CONNS} connections, host on 1 core, closed loop", closed)
-    report(f"{CONNS} connections, host on 1 core, {RATE:,} reviews/s offered", opened)
+    report(f"{CONNS} connections, host on 1 core, {RATE:,} reviews/s offered, evenly spaced", opened)
+    report(f"{CONNS} connections, host on 1 core, {RATE:,} reviews/s offered, Poisson arrivals", poisson)
 
 
 @contextlib.contextmanager

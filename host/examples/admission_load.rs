@@ -3,16 +3,20 @@
 //! keep-alive connections and reports reviews/s and latency percentiles.
 //!
 //!   admission_load certs DIR                  write a CA + serving cert for 127.0.0.1
-//!   admission_load run URL CA_FILE CONNS SECS [RATE]
+//!   admission_load run URL CA_FILE CONNS SECS [RATE | poisson:RATE]
 //!                                             print "reviews/s p50_ms p99_ms errors"
 //!
 //! Without RATE each connection sends its next review as soon as the last is answered
 //! (closed loop): the throughput a host sustains, with latency that is mostly waiting
 //! in line behind the other connections. With RATE the connections together send RATE
-//! reviews/s on a fixed schedule (open loop), the way an apiserver's traffic arrives:
-//! the latency at that load. A review that could not be sent on time because the
-//! previous one on its connection was still unanswered is timed from when it was due,
-//! so a slow host cannot hide its backlog (coordinated omission).
+//! reviews/s (open loop): evenly spaced, or with `poisson:` as a Poisson process, the
+//! way traffic from many independent clients arrives. That gives the latency at that
+//! load. A review that could not be sent on time because the previous one on its
+//! connection was still unanswered is timed from when it was due, so a slow host
+//! cannot hide its backlog (coordinated omission).
+//!
+//! ADMISSION_LOAD_DUMP=FILE also writes each review's send time (s from the start) and
+//! latency (ms), one per line: where in a run the slow ones fall.
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -39,15 +43,25 @@ fn review(i: u64) -> Vec<u8> {
     .unwrap()
 }
 
-/// When a connection's reviews are due: (first, interval); None: back to back.
-type Schedule = Option<(Instant, Duration)>;
+/// When a connection's reviews are due.
+#[derive(Clone, Copy)]
+enum Schedule {
+    /// Each as soon as the previous one is answered (closed loop).
+    BackToBack,
+    /// From `first`, one every `every`.
+    Even { first: Instant, every: Duration },
+    /// From `first`, at exponentially distributed gaps of mean `mean`: with every
+    /// connection doing so, arrivals are a Poisson process, as from many independent
+    /// clients.
+    Poisson { first: Instant, mean: Duration },
+}
 
 async fn worker(
     url: hyper::Uri,
     tls: Arc<rustls::ClientConfig>,
     until: Instant,
-    due: Schedule,
-) -> (Vec<Duration>, u64) {
+    schedule: Schedule,
+) -> (Vec<(Instant, Duration)>, u64) {
     let host = url.host().unwrap().to_owned();
     let port = url.port_u16().unwrap_or(443);
     let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.expect("connect");
@@ -58,16 +72,31 @@ async fn worker(
     tokio::spawn(conn);
     let (mut lat, mut errors, mut i) = (Vec::new(), 0, 0u64);
     let mut answered = Instant::now();
+    let mut due = match schedule {
+        Schedule::Even { first, .. } | Schedule::Poisson { first, .. } => first,
+        Schedule::BackToBack => answered,
+    };
     while Instant::now() < until {
         // Timed from the actual send, unless the review was held up by the previous
         // one's answer: then from when it was due.
-        let from = match due {
-            Some((first, every)) => {
-                let at = first + every * i as u32;
-                tokio::time::sleep_until(at.into()).await;
+        let from = match schedule {
+            Schedule::BackToBack => Instant::now(),
+            Schedule::Even { every, .. } | Schedule::Poisson { mean: every, .. } => {
+                let at = due;
+                due += match schedule {
+                    Schedule::Poisson { .. } => every.mul_f64(-(1.0 - rand::random::<f64>()).ln()),
+                    _ => every,
+                };
+                // tokio's timer fires on whole milliseconds, which would send the reviews
+                // due within one millisecond together; the last stretch is spun instead.
+                if let Some(early) = at.checked_sub(Duration::from_millis(2)) {
+                    tokio::time::sleep_until(early.into()).await;
+                }
+                while Instant::now() < at {
+                    tokio::task::yield_now().await;
+                }
                 if answered > at { at } else { Instant::now() }
             }
-            None => Instant::now(),
         };
         i += 1;
         let req = hyper::Request::post(url.path())
@@ -82,7 +111,7 @@ async fn worker(
                 let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
                 answered = Instant::now();
                 if ok && v["response"]["allowed"] == true && v["response"]["patch"].is_string() {
-                    lat.push(answered - from);
+                    lat.push((from, answered - from));
                 } else {
                     errors += 1;
                 }
@@ -119,17 +148,31 @@ async fn main() {
             let tls = Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth());
             let conns: usize = args[4].parse().unwrap();
             let secs: u64 = args[5].parse().unwrap();
-            let rate: Option<f64> = args.get(6).map(|r| r.parse().unwrap());
+            // RATE reviews/s in all, evenly spaced ("5000") or as a Poisson process
+            // ("poisson:5000"), after a moment to connect.
+            let rate = args.get(6).map(|r| match r.strip_prefix("poisson:") {
+                Some(r) => (r.parse::<f64>().unwrap(), true),
+                None => (r.parse::<f64>().unwrap(), false),
+            });
             let start = Instant::now();
             let until = start + Duration::from_secs(secs);
-            // Each connection sends every `conns / rate` seconds, the connections evenly
-            // staggered, after a moment to connect.
-            let every = rate.map(|r| Duration::from_secs_f64(conns as f64 / r));
             let first = start + Duration::from_millis(100);
             let tasks: Vec<_> = (0..conns)
                 .map(|c| {
-                    let due = every.map(|e| (first + e * c as u32 / conns as u32, e));
-                    tokio::spawn(worker(url.clone(), tls.clone(), until, due))
+                    let schedule = match rate {
+                        None => Schedule::BackToBack,
+                        Some((r, poisson)) => {
+                            let every = Duration::from_secs_f64(conns as f64 / r);
+                            // Staggered, so that evenly spaced connections interleave.
+                            let first = first + every * c as u32 / conns as u32;
+                            if poisson {
+                                Schedule::Poisson { first, mean: every }
+                            } else {
+                                Schedule::Even { first, every }
+                            }
+                        }
+                    };
+                    tokio::spawn(worker(url.clone(), tls.clone(), until, schedule))
                 })
                 .collect();
             let (mut all, mut errors) = (Vec::new(), 0);
@@ -139,6 +182,14 @@ async fn main() {
                 errors += e;
             }
             let elapsed = start.elapsed().as_secs_f64();
+            if let Ok(path) = std::env::var("ADMISSION_LOAD_DUMP") {
+                let text: String = all
+                    .iter()
+                    .map(|(f, d)| format!("{:.6} {:.6}\n", (*f - start).as_secs_f64(), d.as_secs_f64() * 1e3))
+                    .collect();
+                std::fs::write(path, text).unwrap();
+            }
+            let mut all: Vec<Duration> = all.into_iter().map(|(_, d)| d).collect();
             all.sort();
             let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied();
             let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0).unwrap_or(f64::NAN);
