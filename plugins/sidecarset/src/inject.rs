@@ -56,13 +56,19 @@ fn sidecar(sc: &SidecarContainer, app: &[Value]) -> Value {
     c
 }
 
-/// Puts `sidecars` around `app` (replacing same-named app containers).
-fn place(app: Vec<Value>, sidecars: &[(&SidecarContainer, Value)]) -> Vec<Value> {
+/// Puts `sidecars` (each with whether it goes after the app) around `app`, replacing
+/// same-named app containers.
+fn place(app: Vec<Value>, sidecars: Vec<(bool, Value)>) -> Vec<Value> {
     let ours: Vec<&str> = sidecars.iter().filter_map(|(_, v)| v["name"].as_str()).collect();
     let app: Vec<Value> = app.into_iter().filter(|c| !ours.contains(&c["name"].as_str().unwrap_or(""))).collect();
-    let (after, before): (Vec<_>, Vec<_>) =
-        sidecars.iter().partition(|(sc, _)| sc.pod_inject_policy.as_deref() == Some(AFTER_APP));
-    before.into_iter().map(|(_, v)| v.clone()).chain(app).chain(after.into_iter().map(|(_, v)| v.clone())).collect()
+    let (after, before): (Vec<_>, Vec<_>) = sidecars.into_iter().partition(|(after, _)| *after);
+    before.into_iter().map(|(_, v)| v).chain(app).chain(after.into_iter().map(|(_, v)| v)).collect()
+}
+
+/// The sidecars of `list` for a Pod whose app containers are `app`, each with whether
+/// it goes after the app.
+fn sidecars(list: &[SidecarContainer], app: &[Value]) -> Vec<(bool, Value)> {
+    list.iter().map(|c| (c.pod_inject_policy.as_deref() == Some(AFTER_APP), sidecar(c, app))).collect()
 }
 
 fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
@@ -78,7 +84,11 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
     // Moved out of the Pod, not copied: each goes back in at the end (the optional ones
     // only if the Pod had them or something was added).
     let app = take_array(&mut pod["spec"]["containers"]);
-    let mut containers = app.clone();
+    // Every set's sidecars are built while the app containers are as the Pod came
+    // (transferEnv and shared mounts read them), then the app containers move.
+    let built: Vec<_> =
+        sets.iter().map(|ss| (sidecars(&ss.spec.containers, &app), sidecars(&ss.spec.init_containers, &app))).collect();
+    let mut containers = app;
     let (mut inits, had_inits) = take_spec(pod, "initContainers");
     let (mut volumes, had_volumes) = take_spec(pod, "volumes");
     let (mut secrets, had_secrets) = take_spec(pod, "imagePullSecrets");
@@ -93,19 +103,18 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
         _ => serde_json::Map::new(),
     };
 
-    for ss in sets {
+    for (ss, (cs, is)) in sets.iter().zip(built) {
         let name = ss.metadata.name.clone().unwrap_or_default();
-        let cs: Vec<(&SidecarContainer, Value)> = ss.spec.containers.iter().map(|c| (c, sidecar(c, &app))).collect();
-        let is: Vec<(&SidecarContainer, Value)> =
-            ss.spec.init_containers.iter().map(|c| (c, sidecar(c, &app))).collect();
-        containers = place(containers, &cs);
-        inits = place(inits, &is);
+        let list: Vec<String> =
+            cs.iter().chain(&is).filter_map(|(_, v)| v["name"].as_str().map(str::to_owned)).collect();
         let mounted: Vec<String> = cs
             .iter()
             .chain(&is)
             .flat_map(|(_, v)| v["volumeMounts"].as_array().into_iter().flatten())
             .filter_map(|m| m["name"].as_str().map(str::to_owned))
             .collect();
+        containers = place(containers, cs);
+        inits = place(inits, is);
         for v in &ss.spec.volumes {
             let taken = volumes.iter().any(|x| x["name"] == v.name.as_str());
             if mounted.contains(&v.name) && !taken {
@@ -142,7 +151,6 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
             }
         }
         let (h, w) = current_hashes(ss);
-        let list: Vec<&str> = cs.iter().chain(&is).filter_map(|(_, v)| v["name"].as_str()).collect();
         hash.insert(name.clone(), json!({"hash": h, "sidecarSetName": name, "sidecarList": list}));
         hash_wo.insert(name.clone(), json!({"hash": w, "sidecarSetName": name, "sidecarList": list}));
         if !injected.contains(&name) {

@@ -14,7 +14,7 @@ pub const DEFAULT: &str = "default-sidecarset";
 pub const VALIDATE: &str = "validate-sidecarset";
 pub const INJECT: &str = "inject-pod";
 
-/// Every field [`inject`] may write.
+/// Every field [`inject`] may write (and, with the Pod's containers, all it reads).
 const INJECTED_FIELDS: [&str; 5] =
     ["/metadata/annotations", "/spec/containers", "/spec/initContainers", "/spec/volumes", "/spec/imagePullSecrets"];
 
@@ -78,7 +78,7 @@ pub fn namespace_labels(ctx: &Context<'_>, ns: &str) -> Result<BTreeMap<String, 
 }
 
 fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse {
-    let Some(mut pod) = req.object.clone() else { return AdmissionResponse::allow() };
+    let Some(object) = &req.object else { return AdmissionResponse::allow() };
     let ns = req.namespace.clone().unwrap_or_default();
     // Every new Pod reads the same few SidecarSets: parsed once per change, not per Pod.
     let all = match ctx.list_shared::<SidecarSet>(&ListParams::default()) {
@@ -95,15 +95,34 @@ fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse
     } else {
         BTreeMap::new()
     };
-    let labels: BTreeMap<String, String> =
-        serde_json::from_value(pod["metadata"]["labels"].clone()).unwrap_or_default();
+    let labels: BTreeMap<String, String> = object["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect();
     sets.retain(|s| scope::selects(&s.spec, &ns, &ns_labels, &labels));
     sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     // Only what injection writes goes back: no whole Pod to serialise here and to diff
     // in the host, on the path every new Pod takes.
+    let mut pod = injected_parts(object);
     if inject(&mut pod, &sets) {
         AdmissionResponse::patch_fields(&pod, &INJECTED_FIELDS)
     } else {
         AdmissionResponse::allow()
     }
+}
+
+/// The fields of `pod` that injection reads and writes ([`INJECTED_FIELDS`]), copied
+/// into an otherwise empty Pod: the rest of a real Pod (affinity, tolerations, status,
+/// labels...) is neither copied nor sent back.
+fn injected_parts(pod: &serde_json::Value) -> serde_json::Value {
+    let mut parts = serde_json::json!({"metadata": {}, "spec": {}});
+    for field in INJECTED_FIELDS {
+        let Some((parent, key)) = field[1..].split_once('/') else { continue };
+        if let Some(v) = pod[parent].get(key) {
+            parts[parent][key] = v.clone();
+        }
+    }
+    parts
 }
