@@ -56,6 +56,33 @@ enum Schedule {
     Poisson { first: Instant, mean: Duration },
 }
 
+/// The due instants of `schedule` before `until`, each sent when it comes (None: back
+/// to back). They are kept by a thread of their own: `std::thread::sleep` wakes within
+/// tens of µs, where tokio's timer rounds up to whole milliseconds and so would send
+/// the reviews due within each millisecond together, in bursts the schedule does not
+/// have.
+fn clock(schedule: Schedule, until: Instant) -> Option<tokio::sync::mpsc::UnboundedReceiver<Instant>> {
+    let (first, mut gap): (Instant, Box<dyn FnMut() -> Duration + Send>) = match schedule {
+        Schedule::BackToBack => return None,
+        Schedule::Even { first, every } => (first, Box::new(move || every)),
+        Schedule::Poisson { first, mean } => {
+            (first, Box::new(move || mean.mul_f64(-(1.0 - rand::random::<f64>()).ln())))
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let mut at = first;
+        while at < until {
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            if tx.send(at).is_err() {
+                break;
+            }
+            at += gap();
+        }
+    });
+    Some(rx)
+}
+
 async fn worker(
     url: hyper::Uri,
     tls: Arc<rustls::ClientConfig>,
@@ -72,31 +99,18 @@ async fn worker(
     tokio::spawn(conn);
     let (mut lat, mut errors, mut i) = (Vec::new(), 0, 0u64);
     let mut answered = Instant::now();
-    let mut due = match schedule {
-        Schedule::Even { first, .. } | Schedule::Poisson { first, .. } => first,
-        Schedule::BackToBack => answered,
-    };
-    while Instant::now() < until {
+    let mut clock = clock(schedule, until);
+    loop {
         // Timed from the actual send, unless the review was held up by the previous
         // one's answer: then from when it was due.
-        let from = match schedule {
-            Schedule::BackToBack => Instant::now(),
-            Schedule::Even { every, .. } | Schedule::Poisson { mean: every, .. } => {
-                let at = due;
-                due += match schedule {
-                    Schedule::Poisson { .. } => every.mul_f64(-(1.0 - rand::random::<f64>()).ln()),
-                    _ => every,
-                };
-                // tokio's timer fires on whole milliseconds, which would send the reviews
-                // due within one millisecond together; the last stretch is spun instead.
-                if let Some(early) = at.checked_sub(Duration::from_millis(2)) {
-                    tokio::time::sleep_until(early.into()).await;
-                }
-                while Instant::now() < at {
-                    tokio::task::yield_now().await;
-                }
-                if answered > at { at } else { Instant::now() }
-            }
+        let from = match &mut clock {
+            None if Instant::now() >= until => break,
+            None => Instant::now(),
+            Some(due) => match due.recv().await {
+                None => break,
+                Some(at) if answered > at => at,
+                Some(_) => Instant::now(),
+            },
         };
         i += 1;
         let req = hyper::Request::post(url.path())
