@@ -7,10 +7,10 @@ build; the load generator (`host/examples/admission_load.rs`) is a second proces
 the other core, posting over TLS on keep-alive connections. Each review injects two
 sidecars (the SidecarSet is read from the plugin's watch cache, as on a leader; it was
 defaulted by the plugin's own webhook on its way in, as in a deployment).
-Two rows, each the median of RUNS runs: throughput with every connection sending back
-to back (closed loop), and latency with the goal's 5,000 reviews/s offered on a fixed
-schedule (open loop), as an apiserver's traffic arrives. Each row also gives the host's
-CPU per review.
+Three rows, each the median of RUNS runs: throughput with every connection sending back
+to back (closed loop); latency with the goal's 5,000 reviews/s offered, evenly spaced
+(open loop); and the same rate as a Poisson process, as traffic from many independent
+clients arrives (bursts included). Each row also gives the host's CPU per review.
 
 Usage: scripts/bench-admission.py [--quick]  (needs `make plugins` and a control plane).
 BENCH_RUNS=N: N runs instead of 5; WASMOP_BENCH_HOST=PATH: measure that host binary."""
@@ -100,7 +100,7 @@ def main():
             load = ["taskset", "-c", "1", LOAD, "run", url, os.path.join(tmp, "ca.crt"), str(CONNS)]
             subprocess.run(load + ["2"], check=True, capture_output=True)  # warm-up
             # Throughput: each connection sends as soon as it is answered. Latency: the
-            # goal's 5,000 reviews/s offered on a schedule (see admission_load.rs).
+            # goal's 5,000 reviews/s offered, evenly and at random (see admission_load.rs).
             with control_plane_paused():
                 closed = [measure(host.pid, load + [str(SECS)]) for _ in range(RUNS)]
                 opened = [measure(host.pid, load + [str(SECS), str(RATE)]) for _ in range(RUNS)]

@@ -95,11 +95,11 @@ async fn run(
 
     let queue: Arc<Queue<ObjectRef>> = Queue::new();
     let cache: Cache = Arc::default();
-    let published = Arc::new(PrimaryCache {
-        kind: manifest.primary.clone(),
-        namespaces: (manifest.namespaced && !manifest.namespaces.is_empty()).then(|| manifest.namespaces.clone()),
-        objects: cache.clone(),
-    });
+    let published = Arc::new(PrimaryCache::new(
+        manifest.primary.clone(),
+        (manifest.namespaced && !manifest.namespaces.is_empty()).then(|| manifest.namespaces.clone()),
+        cache.clone(),
+    ));
     // Withdrawn however this controller ends, including being dropped when deposed.
     let _withdraw = Withdraw(shared.caches.clone(), name.clone(), published.clone());
     let backoff = Arc::new(Mutex::new(Backoff::default()));

@@ -25,9 +25,22 @@ pub struct PrimaryCache {
     /// None: all namespaces (or a cluster-scoped kind).
     pub namespaces: Option<Vec<String>>,
     pub objects: ObjectCache,
+    /// The last list answered as text (see [`PrimaryCache::list_text`]).
+    text: Mutex<Option<ListText>>,
+}
+
+/// A list's JSON text, with the params and the very objects it was written from.
+struct ListText {
+    params: ListParams,
+    objects: Vec<Arc<Value>>,
+    text: String,
 }
 
 impl PrimaryCache {
+    pub fn new(kind: KindRef, namespaces: Option<Vec<String>>, objects: ObjectCache) -> Self {
+        PrimaryCache { kind, namespaces, objects, text: Mutex::default() }
+    }
+
     fn covers(&self, namespace: Option<&str>) -> bool {
         match (&self.namespaces, namespace) {
             (None, _) => true,
@@ -77,6 +90,37 @@ impl PrimaryCache {
     }
 }
 
+impl PrimaryCache {
+    /// [`PrimaryCache::list`] as the JSON text of an array. The text written for the
+    /// last list is handed out again while the same list would hold the very same
+    /// objects: the cache replaces an object's `Arc` whenever the object changes, and
+    /// the memo keeps the old ones alive, so equal pointers mean equal content.
+    ///
+    /// Why: an admission webhook lists the same few objects (SidecarSets, policies) on
+    /// every review, and writing them out was the host's largest JSON job per review.
+    pub fn list_text(&self, kind: &KindRef, p: &ListParams) -> Option<Result<String, Error>> {
+        let items = match self.list(kind, p)? {
+            Ok(items) => items,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut memo = self.text.lock().unwrap();
+        if let Some(m) = memo.as_ref().filter(|m| {
+            m.params == *p
+                && m.objects.len() == items.len()
+                && m.objects.iter().zip(&items).all(|(a, b)| Arc::ptr_eq(a, b))
+        }) {
+            return Some(Ok(m.text.clone()));
+        }
+        Some(match serde_json::to_string(&items) {
+            Ok(text) => {
+                *memo = Some(ListText { params: p.clone(), objects: items, text: text.clone() });
+                Ok(text)
+            }
+            Err(e) => Err(Error::Internal(format!("list: {e}"))),
+        })
+    }
+}
+
 /// Published caches, by plugin name.
 #[derive(Default)]
 pub struct Caches(RwLock<HashMap<String, Arc<PrimaryCache>>>);
@@ -114,7 +158,7 @@ mod tests {
             .lock()
             .unwrap()
             .insert(a.clone(), Arc::new(json!({"metadata": {"name": "x", "uid": "u-1", "labels": {"k": "v"}}})));
-        let c = PrimaryCache { kind: kind.clone(), namespaces: Some(vec!["a".into()]), objects };
+        let c = PrimaryCache::new(kind.clone(), Some(vec!["a".into()]), objects.clone());
         assert!(c.get(&a).unwrap().is_ok());
         assert!(matches!(c.get(&ObjectRef::new(&kind, Some("a"), "y")), Some(Err(Error::NotFound(_)))));
         assert!(c.get(&ObjectRef::new(&kind, Some("b"), "x")).is_none(), "namespace not watched: ask the apiserver");
@@ -131,5 +175,17 @@ mod tests {
         assert_eq!(c.list(&kind, &p(Some("a"), Some("k=v"))).unwrap().unwrap().len(), 1);
         assert_eq!(c.list(&kind, &p(Some("a"), Some("k=w"))).unwrap().unwrap().len(), 0);
         assert!(c.list(&kind, &p(None, None)).is_none(), "all namespaces, but only `a` is watched");
+
+        // As text: the same until an object changes or the params do.
+        let text = |sel: Option<&str>| c.list_text(&kind, &p(Some("a"), sel)).unwrap().unwrap();
+        let first = text(None);
+        assert_eq!(serde_json::from_str::<Value>(&first).unwrap()[0]["metadata"]["uid"], "u-1");
+        assert_eq!(text(None), first);
+        assert_eq!(text(Some("k=w")), "[]", "other params, other answer");
+        objects.lock().unwrap().insert(a.clone(), Arc::new(json!({"metadata": {"name": "x", "uid": "u-2"}})));
+        assert_eq!(serde_json::from_str::<Value>(&text(None)).unwrap()[0]["metadata"]["uid"], "u-2", "changed object");
+        objects.lock().unwrap().remove(&a);
+        assert_eq!(text(None), "[]", "deleted object");
+        assert!(c.list_text(&kind, &p(None, None)).is_none());
     }
 }

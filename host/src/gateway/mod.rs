@@ -121,14 +121,19 @@ impl Gateway {
         self.counted(Verb::Get, self.backend.get(object).await)
     }
 
-    /// Objects are shared, not copied, when they come from the watch cache: a webhook
-    /// may list on every review.
-    pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Arc<Value>>, Error> {
+    /// The objects of `kind` that `params` select, as the JSON text of an array (what a
+    /// plugin gets): from the watch cache when it covers the list, reusing the text of
+    /// an unchanged list (see [`PrimaryCache::list_text`]); else from the backend.
+    pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<String, Error> {
         self.check(kind, Verb::List, params.namespace.as_deref())?;
-        if let Some(r) = self.cache.as_ref().and_then(|c| c.list(kind, params)) {
+        if let Some(r) = self.cache.as_ref().and_then(|c| c.list_text(kind, params)) {
             return self.counted(Verb::List, r);
         }
-        let r = self.backend.list(kind, params).await.map(|items| items.into_iter().map(Arc::new).collect());
+        let r = self
+            .backend
+            .list(kind, params)
+            .await
+            .and_then(|items| serde_json::to_string(&items).map_err(|e| Error::Internal(format!("list: {e}"))));
         self.counted(Verb::List, r)
     }
 

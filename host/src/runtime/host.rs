@@ -230,10 +230,7 @@ impl cluster::Host for HostState {
             label_selector: params.label_selector,
             field_selector: params.field_selector,
         };
-        let r =
-            g.list(&kind, &params).await.map_err(to_wit).and_then(|items| {
-                serde_json::to_string(&items).map_err(|e| types::Error::Internal(format!("list: {e}")))
-            });
+        let r = g.list(&kind, &params).await.map_err(to_wit);
         Ok(self.denied(r).await)
     }
 
