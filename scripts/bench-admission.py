@@ -155,7 +155,9 @@ def measure(pid, load):
 def report(setup, rows):
     rps, p50, p99, cpu = (statistics.median(r[i] for r in rows) for i in (0, 1, 2, 4))
     errors = sum(int(r[3]) for r in rows)
-    print(f"| {setup} | {rps:.0f} reviews/s | {p50:.2f} ms | {p99:.2f} ms | {cpu:.0f} µs | {errors} | {len(rows)} × {SECS} s |")
+    # The spread of p99 too: on a shared VM one run in several can catch a stall.
+    spread = f" ({min(r[2] for r in rows):.2f}–{max(r[2] for r in rows):.2f})" if len(rows) > 1 else ""
+    print(f"| {setup} | {rps:.0f} reviews/s | {p50:.2f} ms | {p99:.2f} ms{spread} | {cpu:.0f} µs | {errors} | {len(rows)} × {SECS} s |")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ out=$(mktemp)
   echo
   echo 'Command: `scripts/bench-admission.py` (host pinned to one core; load from a second process)'
   echo
-  echo "| setup | throughput | p50 | p99 | host CPU per review | errors | runs |"
+  echo "| setup | throughput | p50 | p99 (min–max over runs) | host CPU per review | errors | runs |"
   echo "|---|---|---|---|---|---|---|"
   scripts/bench-admission.py
   echo

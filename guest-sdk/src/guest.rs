@@ -67,6 +67,10 @@ impl Cluster for HostCluster {
         serde_json::from_str(&text).map_err(|e| Error::Internal(format!("host returned a bad list: {e}")))
     }
 
+    fn lists_as_text(&self) -> bool {
+        true
+    }
+
     fn list_text(&self, kind: &KindRef, p: &ListParams) -> Result<String, Error> {
         let params = cluster::ListParams {
             namespace: p.namespace.clone(),

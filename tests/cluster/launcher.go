@@ -442,10 +442,12 @@ func nodeReady(st *state) error {
 	return errors.New("node kwok-node-0 not Ready yet")
 }
 
+// The fake node's capacity. Why 2000 Pods: the convergence benchmark creates 1,000
+// Memcacheds, each with a Pod, beside whatever else the tests and the demo run.
 const nodeJSON = `{"apiVersion":"v1","kind":"Node","metadata":{"name":"kwok-node-0",
  "annotations":{"node.alpha.kubernetes.io/ttl":"0","kwok.x-k8s.io/node":"fake"},
  "labels":{"kubernetes.io/hostname":"kwok-node-0","kubernetes.io/os":"linux","kubernetes.io/arch":"amd64","type":"kwok"}},
- "status":{"allocatable":{"cpu":"64","memory":"256Gi","pods":"500"},"capacity":{"cpu":"64","memory":"256Gi","pods":"500"}}}`
+ "status":{"allocatable":{"cpu":"64","memory":"256Gi","pods":"2000"},"capacity":{"cpu":"64","memory":"256Gi","pods":"2000"}}}`
 
 const kubeconfigTmpl = `apiVersion: v1
 kind: Config

@@ -101,18 +101,14 @@ impl Reconciler for Memcached {
         };
 
         // Only Pod metadata is read: deserializing whole Pods would double the plugin's size.
-        let pods: Vec<PodMeta> = ctx
-            .list(
-                &KindRef::of::<Pod>(),
-                &ListParams {
-                    namespace: ns.clone(),
-                    label_selector: Some(format!("{INSTANCE_LABEL}={}", req.object.name)),
-                    field_selector: None,
-                },
-            )?
-            .into_iter()
-            .map(serde_json::from_value)
-            .collect::<Result<_, _>>()?;
+        let pods: Vec<PodMeta> = ctx.list_as(
+            &KindRef::of::<Pod>(),
+            &ListParams {
+                namespace: ns.clone(),
+                label_selector: Some(format!("{INSTANCE_LABEL}={}", req.object.name)),
+                field_selector: None,
+            },
+        )?;
         let mut nodes: Vec<String> = pods
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
