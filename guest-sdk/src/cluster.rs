@@ -142,7 +142,8 @@ const SHARED_LISTS: usize = 8;
 
 /// `a == b`, eight bytes at a time. Why not `==`: in wasm that is a byte-by-byte
 /// `memcmp`, and this comparison runs on every `list_shared` call over the whole answer
-/// (a third of an admission review's own cost went to it in a profile).
+/// (4 % of the host's CPU per SidecarSet injection in a profile; BENCHMARKS.md, sixth
+/// pass).
 fn same_text(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {

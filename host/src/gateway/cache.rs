@@ -88,9 +88,7 @@ impl PrimaryCache {
         out.sort_by(|a, b| a.0.cmp(b.0));
         Some(Ok(out.into_iter().map(|(_, v)| v.clone()).collect()))
     }
-}
 
-impl PrimaryCache {
     /// [`PrimaryCache::list`] as the JSON text of an array. The text written for the
     /// last list is handed out again while the same list would hold the very same
     /// objects: the cache replaces an object's `Arc` whenever the object changes, and
