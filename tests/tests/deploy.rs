@@ -44,8 +44,14 @@ fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
         .stdout(std::process::Stdio::piped())
         .spawn()?;
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(bytes)?;
-    Ok(child.wait_with_output()?.stdout)
+    // Fed from a thread of its own: gzip writes while it reads, so writing all the input
+    // before reading any output fills both pipes and blocks both sides for good.
+    let mut stdin = child.stdin.take().unwrap();
+    let input = bytes.to_vec();
+    let feeder = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output()?;
+    feeder.join().expect("gzip feeder panicked")?;
+    Ok(out.stdout)
 }
 
 #[test]
