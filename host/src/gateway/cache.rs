@@ -109,13 +109,11 @@ impl PrimaryCache {
         }) {
             return Some(Ok(m.text.clone()));
         }
-        Some(match serde_json::to_string(&items) {
-            Ok(text) => {
-                *memo = Some(ListText { params: p.clone(), objects: items, text: text.clone() });
-                Ok(text)
-            }
-            Err(e) => Err(Error::Internal(format!("list: {e}"))),
-        })
+        let text = super::list_text(&items);
+        if let Ok(text) = &text {
+            *memo = Some(ListText { params: p.clone(), objects: items, text: text.clone() });
+        }
+        Some(text)
     }
 }
 

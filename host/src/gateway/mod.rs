@@ -129,11 +129,7 @@ impl Gateway {
         if let Some(r) = self.cache.as_ref().and_then(|c| c.list_text(kind, params)) {
             return self.counted(Verb::List, r);
         }
-        let r = self
-            .backend
-            .list(kind, params)
-            .await
-            .and_then(|items| serde_json::to_string(&items).map_err(|e| Error::Internal(format!("list: {e}"))));
+        let r = self.backend.list(kind, params).await.and_then(|items| list_text(&items));
         self.counted(Verb::List, r)
     }
 
@@ -182,6 +178,11 @@ pub fn object_ref(object: &Value) -> Result<ObjectRef, Error> {
                 .collect();
         Error::Invalid(format!("object is missing {}", missing.join(", ")))
     })
+}
+
+/// A list as the JSON text of an array, as plugins get it (from the cache or the backend).
+fn list_text<T: serde::Serialize>(items: &[T]) -> Result<String, Error> {
+    serde_json::to_string(items).map_err(|e| Error::Internal(format!("list: {e}")))
 }
 
 #[cfg(test)]
