@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # N Memcached CRs created at once → seconds until every one has its Deployment, its Pod
-# and Available=True in status; with the host's CPU seconds and peak RSS.
+# and Available=True in status; with the host's CPU seconds, peak RSS and reconciles (a
+# reconcile of either kind costs about the same, so the count explains most CPU swings).
 # Usage: scripts/bench-converge.sh [N] [wasm|native] (default 200, wasm). Needs `make
 # plugins`; starts (or reuses) the local control plane and an optimized build of the host (WASMOP_BENCH_PROFILE, as in scripts/benchlib.py).
 # `native` runs the same reconcile code compiled natively under a plain kube-rs
@@ -34,7 +35,7 @@ echo "namespace: $ns" >"$work/plugins/memcached.settings.yaml"
 if [ "$mode" = native ]; then
   "$out/examples/memcached_native" $ns >"$work/host.log" 2>&1 &
 else
-  "$out/wasmop" run --plugins-dir "$work/plugins" >"$work/host.log" 2>&1 &
+  "$out/wasmop" run --plugins-dir "$work/plugins" --metrics-bind-address 127.0.0.1:0 >"$work/host.log" 2>&1 &
 fi
 host=$!
 # Delete the CRs while the host still runs (it removes their finalizers), then the rest.
@@ -65,8 +66,20 @@ while true; do
 done
 t1=$(date +%s.%N)
 cpu1=$(cpu)
+# Reconciles so far: the host's own metric; the baseline prints its count on SIGUSR1.
+reconciles() {
+  if [ "$mode" = native ]; then
+    kill -USR1 $host
+    for _ in $(seq 1 50); do grep -q '^reconciles ' "$work/host.log" && break; sleep 0.1; done
+    grep '^reconciles ' "$work/host.log" | tail -1 | cut -d' ' -f2
+  else
+    addr=$(grep -o 'addr=[0-9.:]*' "$work/host.log" | head -1 | cut -d= -f2)
+    curl -s "http://$addr/metrics" | awk '/^wasmop_reconciles_total/ {s += $2} END {print s}'
+  fi
+}
+count=$(reconciles)
 hz=$(getconf CLK_TCK)
 deps=$(kubectl get deployments -n $ns --no-headers | wc -l)
 rss=$(awk '/VmHWM/ {print $2}' "/proc/$host/status")
 label="wasm plugin in the host"; [ "$mode" = native ] && label="native kube-rs Controller, same code"
-printf "| %d Memcacheds ($label) | %.1f s | %.2f s | %d MiB | %d |\n" "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "($cpu1 - $cpu0) / $hz" | bc -l)" "$((rss / 1024))" "$deps"
+printf "| %d Memcacheds ($label) | %.1f s | %.2f s | %d MiB | %d | %d |\n" "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "($cpu1 - $cpu0) / $hz" | bc -l)" "$((rss / 1024))" "$deps" "$count"

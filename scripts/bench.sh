@@ -18,8 +18,8 @@ out=$(mktemp)
   echo
   echo 'Command: `scripts/bench-converge.sh 1000 wasm|native` (N CRs applied at once; time until all are Available with their Pod; host CPU and peak RSS from /proc)'
   echo
-  echo "| scenario | time to converge | host CPU | host peak RSS | Deployments |"
-  echo "|---|---|---|---|---|"
+  echo "| scenario | time to converge | host CPU | host peak RSS | Deployments | reconciles |"
+  echo "|---|---|---|---|---|---|"
   scripts/bench-converge.sh 1000 wasm
   scripts/bench-converge.sh 1000 native
   echo

@@ -13,6 +13,7 @@ use kube::runtime::reflector::ObjectRef as KRef;
 use kube::{Api, Client};
 use memcached::{Memcached, Operator};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use wasmop::gateway::{Backend, KubeBackend};
 use wasmop_sdk::{Cluster, Context, EventType, KindRef, ListParams, LogLevel, ObjectRef, Reconciler, Request};
@@ -67,7 +68,11 @@ impl Cluster for Native {
 #[error("{0}")]
 struct Failed(String);
 
+/// Reconciles started, printed on SIGUSR1 (the benchmark's count, as the host's metric).
+static RECONCILES: AtomicU64 = AtomicU64::new(0);
+
 async fn reconcile(mc: Arc<Memcached>, ctx: Arc<(Native, String)>) -> Result<KAction, Failed> {
+    RECONCILES.fetch_add(1, Ordering::Relaxed);
     let mut object = serde_json::to_value(&*mc).map_err(|e| Failed(e.to_string()))?;
     object["apiVersion"] = "cache.example.com/v1alpha1".into();
     object["kind"] = "Memcached".into();
@@ -101,6 +106,12 @@ async fn main() -> anyhow::Result<()> {
     let mcs: Api<Memcached> = Api::namespaced(client.clone(), &ns);
     let deps: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let mut usr1 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())?;
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            eprintln!("reconciles {}", RECONCILES.load(Ordering::Relaxed));
+        }
+    });
     eprintln!("controller started");
     Controller::new(mcs, Default::default())
         .owns(deps, Default::default())

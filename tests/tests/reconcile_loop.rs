@@ -103,6 +103,25 @@ fn requeue_after_is_honoured_and_errors_back_off() -> Result<()> {
 
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
+fn a_conflict_is_retried_without_a_warning_event() -> Result<()> {
+    let ns = Namespace::new("conflict");
+    let host = Host::start(&[("probe", &plugin_path("probe.wasm"), &format!("namespace: {}", ns.0))], &[])?;
+    apply(&probe_cm(&ns.0, "c", "conflict", "1")).map_err(|e| anyhow!(e))?;
+    eventually("retries after the apiserver's conflict", Duration::from_secs(30), || {
+        let t = reconcile_times(&host.logs(), "c", "conflict");
+        if t.len() >= 3 { Ok(()) } else { bail!("{} attempts so far", t.len()) }
+    })?;
+    let logs = host.logs();
+    assert!(logs.contains("reconcile hit a conflict, retrying"), "the retry is logged");
+    assert!(!logs.contains("reconcile failed"), "a conflict is not logged as a failure");
+    let events =
+        kubectl(&["-n", &ns.0, "get", "events", "--field-selector", "reason=ReconcileFailed", "-o", "name"]).unwrap();
+    assert!(events.trim().is_empty(), "no Warning Event for a routine conflict: {events}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
 fn undeclared_call_is_forbidden_and_writes_nothing() -> Result<()> {
     let ns = Namespace::new("forbid");
     let host = Host::start(&[("probe", &plugin_path("probe.wasm"), &format!("namespace: {}", ns.0))], &[])?;

@@ -271,8 +271,12 @@ impl Worker {
         let elapsed = started.elapsed();
         let p = plugin.name.as_str();
         METRICS.reconcile_seconds.get_or_create(&labels(&[("plugin", p)])).observe(elapsed.as_secs_f64());
+        // A retryable failure straight after a write refused for a stale
+        // resourceVersion: routine with cached reads, so no Warning Event and no warning.
+        let conflict = matches!(&result, Ok(Err(e)) if e.retry && gateway.ended_in_conflict());
         let outcome = match &result {
             Ok(Ok(_)) => "ok",
+            Ok(Err(_)) if conflict => "conflict",
             Ok(Err(_)) => "error",
             Err(_) => "fault",
         };
@@ -287,8 +291,12 @@ impl Worker {
             }
             Ok(Err(e)) => {
                 let message = crate::gateway::truncate(&e.message, 4096);
-                tracing::warn!(plugin = %plugin.name, object = %key, retry = e.retry, "reconcile failed: {message}");
-                if current.is_some() {
+                if conflict {
+                    tracing::info!(plugin = %plugin.name, object = %key, "reconcile hit a conflict, retrying: {message}");
+                } else {
+                    tracing::warn!(plugin = %plugin.name, object = %key, retry = e.retry, "reconcile failed: {message}");
+                }
+                if current.is_some() && !conflict {
                     gateway.record_event(key, EventType::Warning, "ReconcileFailed", &e.message).await;
                 }
                 if e.retry {

@@ -39,7 +39,7 @@ pub use wasmop_sdk::{Error, EventType, KindRef, ListParams, LogLevel, ObjectRef,
 use crate::metrics::{METRICS, labels};
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Cluster access with no permission checks; see [`Gateway`] for the checked view.
 #[async_trait::async_trait]
@@ -70,12 +70,21 @@ pub struct Gateway {
     permissions: Arc<Permissions>,
     backend: Arc<dyn Backend>,
     denied: Arc<AtomicU64>,
+    /// Whether the last cluster call ended in `conflict` (see [`Gateway::ended_in_conflict`]).
+    conflict: Arc<AtomicBool>,
     cache: Option<Arc<PrimaryCache>>,
 }
 
 impl Gateway {
     pub fn new(plugin: &str, permissions: Arc<Permissions>, backend: Arc<dyn Backend>) -> Self {
-        Gateway { plugin: plugin.into(), permissions, backend, denied: Arc::default(), cache: None }
+        Gateway {
+            plugin: plugin.into(),
+            permissions,
+            backend,
+            denied: Arc::default(),
+            conflict: Arc::default(),
+            cache: None,
+        }
     }
 
     /// Answers reads of the plugin's primary kind from `cache` where it can.
@@ -93,6 +102,14 @@ impl Gateway {
         self.denied.load(Ordering::Relaxed)
     }
 
+    /// Whether the last cluster call through this gateway (or a clone) was refused with
+    /// `conflict`: a write from a stale read. The controller tells a reconcile that
+    /// failed right after one from a real failure: it is retried, but it is routine
+    /// under watch caches and gets no Warning Event.
+    pub fn ended_in_conflict(&self) -> bool {
+        self.conflict.load(Ordering::Relaxed)
+    }
+
     fn check(&self, kind: &KindRef, verb: Verb, namespace: Option<&str>) -> Result<(), Error> {
         self.permissions.check(kind, verb, namespace).inspect_err(|e| {
             self.denied.fetch_add(1, Ordering::Relaxed);
@@ -106,6 +123,7 @@ impl Gateway {
             Ok(_) => "ok",
             Err(e) => e.code(),
         };
+        self.conflict.store(matches!(r, Err(Error::Conflict(_))), Ordering::Relaxed);
         METRICS
             .host_calls
             .get_or_create(&labels(&[("plugin", &self.plugin), ("verb", verb.as_str()), ("result", result)]))

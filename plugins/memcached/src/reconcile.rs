@@ -6,7 +6,6 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use std::collections::BTreeMap;
-use std::time::Duration;
 use wasmop_sdk::helpers::{
     add_finalizer, conditions_equivalent, controller_ref, has_finalizer, is_controlled_by, remove_finalizer,
     set_condition, setting,
@@ -18,9 +17,6 @@ use wasmop_sdk::{
 
 pub const FINALIZER: &str = "cache.example.com/finalizer";
 const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
-
-/// While Pods are not all ready, look again this often even if no event arrives.
-const NOT_READY_REQUEUE: Duration = Duration::from_secs(5);
 
 pub struct Memcached;
 
@@ -166,7 +162,11 @@ impl Reconciler for Memcached {
             mc.status = Some(status);
             ctx.update_status_obj(&mc)?;
         }
-        Ok(if settled { Action::done() } else { Action::requeue(NOT_READY_REQUEUE) })
+        // No polling while Pods come up: every change that could move the status (a
+        // Pod created, ready or gone; the Deployment's own status) is an event on the
+        // owned Deployment or a watched Pod, and brings the next reconcile. A 5 s poll
+        // here made 1,000 Memcacheds waiting for Pods cost the apiserver ~400 reads/s.
+        Ok(Action::done())
     }
 }
 

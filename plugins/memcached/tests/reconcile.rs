@@ -5,7 +5,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::CustomResourceExt;
 use memcached::{FINALIZER, Memcached, MemcachedSpec, Operator};
 use serde_json::{Value, json};
-use std::time::Duration;
 use wasmop_sdk::fake::{FakeCluster, Write};
 use wasmop_sdk::{Action, Context, KindRef, ObjectRef, Reconciler, Request};
 
@@ -60,7 +59,11 @@ use wasmop_sdk::Cluster;
 fn creates_deployment_then_reports_ready_pods() {
     let fake = FakeCluster::new();
     fake.seed_obj(&mc("cache", 3)).unwrap();
-    assert_eq!(reconcile(&fake, "cache"), Action::requeue(Duration::from_secs(5)));
+    // Not ready yet, yet no requeue: the Pods' and the Deployment's events bring the next.
+    assert_eq!(reconcile(&fake, "cache"), Action::done());
+    let status = &fake.object(&mc_key("cache")).unwrap()["status"];
+    let available = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Available").unwrap();
+    assert_eq!(available["status"], "False");
 
     let cr = fake.object(&mc_key("cache")).unwrap();
     assert_eq!(cr["metadata"]["finalizers"], json!([FINALIZER]));

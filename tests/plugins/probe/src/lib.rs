@@ -5,7 +5,8 @@
 //! annotated `probe/value` = the ConfigMap's `data.value`. `data.mode` picks extra
 //! behaviour: `requeue` asks to be called again after 500 ms, `fail` returns a
 //! retryable error, `forbidden` tries to create a Secret it never declared and records
-//! the answer on the ServiceAccount as `probe/forbidden`. Every reconcile logs
+//! the answer on the ServiceAccount as `probe/forbidden`, `conflict` writes its
+//! ServiceAccount with a resourceVersion long gone and returns the `conflict`. Every reconcile logs
 //! `probe reconcile` with the name and mode, which the e2e tests read from the host log.
 //!
 //! It also serves a validating webhook `check` for ConfigMaps: `data.admission` =
@@ -88,7 +89,7 @@ impl Reconciler for Probe {
             None => {
                 let sa = ServiceAccount {
                     metadata: ObjectMeta {
-                        name: Some(sa_name),
+                        name: Some(sa_name.clone()),
                         namespace: cm.metadata.namespace.clone(),
                         owner_references: controller_ref(&cm).map(|r| vec![r]),
                         annotations: Some(annotations),
@@ -103,6 +104,13 @@ impl Reconciler for Probe {
                 ctx.update_obj(&sa)?;
             }
             Some(_) => {}
+        }
+        if mode == "conflict" {
+            // What a reconcile from a stale cached read ends in.
+            let mut sa: ServiceAccount =
+                ctx.get_opt(ns, &sa_name)?.ok_or_else(|| ReconcileError::retry("no SA yet"))?;
+            sa.metadata.resource_version = Some("1".into());
+            ctx.update_obj(&sa)?;
         }
         ctx.info("probe done", &[("name", name), ("build", BUILD)]);
         match mode {
@@ -197,5 +205,9 @@ mod tests {
         let stored = fake.seed_obj(&cm("fail")).unwrap();
         assert!(run(&fake, stored).unwrap_err().retry);
         assert!(Probe::manifest("").is_err());
+        let fake = FakeCluster::new();
+        let stored = fake.seed_obj(&cm("conflict")).unwrap();
+        let e = run(&fake, stored).unwrap_err();
+        assert!(e.retry && e.message.starts_with("conflict"), "{e}");
     }
 }
