@@ -16,7 +16,7 @@ out=$(mktemp)
   echo
   echo "### Convergence on the local control plane"
   echo
-  echo 'Command: `scripts/bench-converge.sh 1000 wasm|native` (N CRs applied at once; time until all are Available with their Pod; host CPU and peak RSS from /proc)'
+  echo 'Command: `scripts/bench-converge.sh 1000 wasm|native` (N CRs applied at once; time until all are Available with their Pod; host CPU and peak RSS from /proc; reconciles run by then, from the host's metrics or the baseline's own count)'
   echo
   echo "| scenario | time to converge | host CPU | host peak RSS | Deployments | reconciles |"
   echo "|---|---|---|---|---|---|"

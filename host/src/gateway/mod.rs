@@ -113,6 +113,7 @@ impl Gateway {
     fn check(&self, kind: &KindRef, verb: Verb, namespace: Option<&str>) -> Result<(), Error> {
         self.permissions.check(kind, verb, namespace).inspect_err(|e| {
             self.denied.fetch_add(1, Ordering::Relaxed);
+            self.conflict.store(false, Ordering::Relaxed);
             METRICS.denied_calls.get_or_create(&labels(&[("plugin", &self.plugin), ("verb", verb.as_str())])).inc();
             tracing::warn!(plugin = %self.plugin, verb = verb.as_str(), %kind, namespace, "denied: {}", e.message());
         })
@@ -226,6 +227,26 @@ mod tests {
         assert!(matches!(g.get(&secret).await, Err(Error::Forbidden(_))));
         assert_eq!(g.denied_calls(), 2);
         assert!(mem.fake().take_writes().is_empty());
+    }
+
+    #[tokio::test]
+    async fn remembers_whether_the_last_call_ended_in_conflict() {
+        let cm = KindRef::new("v1", "ConfigMap");
+        let mut p = Permissions::default();
+        p.allow(&cm, &[Verb::Create, Verb::Update, Verb::Get]);
+        let (g, _) = gateway(p);
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d"}});
+        let mut stale = g.create(obj).await.unwrap();
+        stale["metadata"]["resourceVersion"] = "999".into();
+        let seen_by_worker = g.clone();
+        assert!(matches!(g.update(stale.clone()).await, Err(Error::Conflict(_))));
+        assert!(seen_by_worker.ended_in_conflict(), "clones share it: the worker reads what the plugin's calls did");
+        g.get(&ObjectRef::new(&cm, Some("d"), "a")).await.unwrap();
+        assert!(!g.ended_in_conflict(), "a later call that succeeds clears it");
+        g.update(stale).await.unwrap_err();
+        let denied = g.delete(&ObjectRef::new(&cm, Some("d"), "a")).await.unwrap_err();
+        assert!(matches!(denied, Error::Forbidden(_)));
+        assert!(!g.ended_in_conflict(), "so does a later call that is refused");
     }
 
     #[tokio::test]

@@ -6,8 +6,9 @@
 //! behaviour: `requeue` asks to be called again after 500 ms, `fail` returns a
 //! retryable error, `forbidden` tries to create a Secret it never declared and records
 //! the answer on the ServiceAccount as `probe/forbidden`, `conflict` writes its
-//! ServiceAccount with a resourceVersion long gone and returns the `conflict`. Every reconcile logs
-//! `probe reconcile` with the name and mode, which the e2e tests read from the host log.
+//! ServiceAccount with a resourceVersion long gone and returns the `conflict`. Every
+//! reconcile logs `probe reconcile` with the name and mode, which the e2e tests read
+//! from the host log.
 //!
 //! It also serves a validating webhook `check` for ConfigMaps: `data.admission` =
 //! `deny` denies, `panic` traps, `loop` spins until the host's deadline; anything else
