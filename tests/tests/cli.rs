@@ -69,7 +69,9 @@ fn reconcile_offline_prints_what_the_plugin_wrote() {
     assert_eq!(created["spec"]["replicas"], 2);
     assert!(writes.iter().any(|w| w.get("updateStatus").is_some()));
     assert_eq!(doc["events"][0]["reason"], "Created");
-    assert_eq!(doc["result"]["ok"]["requeueAfterMs"], 5000);
+    // Pods not ready yet, but no requeue: their events bring the next reconcile.
+    assert!(doc["result"]["ok"].is_object(), "{out}");
+    assert!(doc["result"]["ok"]["requeueAfterMs"].is_null(), "{out}");
 
     // An existing Deployment owned by someone else (seeded with --state) is left alone.
     let state = dir.path().join("state.yaml");
