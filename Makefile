@@ -20,7 +20,7 @@ TEST_PLUGINS := probe hostile ring
 # each build their own kube, wasmtime and host: twice the time, and CI's disk ran out.
 E2E_TESTS := $(patsubst tests/tests/%.rs,--test %,$(wildcard tests/tests/*.rs))
 
-.PHONY: all setup tools build plugins host deploy-manifests deploy-plugins bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
+.PHONY: all setup tools build plugins host deploy-manifests deploy-plugins deploy-rbac bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
 
 all: build
 
@@ -69,6 +69,15 @@ deploy-manifests: build
 deploy-plugins: plugins
 	@for p in $(PLUGINS); do gzip -9 -n -c $(WASM_OUT)/$$p.wasm > deploy/plugins/$$p.wasm.gz; done
 	@ls -l deploy/plugins/*.wasm.gz
+
+## Each shipped plugin's ServiceAccount and least-privilege RBAC, for the cluster admin to apply.
+## The shipped plugins' ServiceAccounts and least-privilege RBAC (what a cluster admin
+## approves), from their manifests with the settings deploy/plugins ships.
+deploy-rbac: build
+	@for p in $(PLUGINS); do \
+	  s=deploy/plugins/$$p.settings.yaml; [ -f $$s ] && set -- --settings $$s || set --; \
+	  $(TARGET_DIR)/debug/wasmop rbac $(WASM_OUT)/$$p.wasm --namespace wasmop-system "$$@" > deploy/plugins/$$p-rbac.yaml || exit 1; \
+	done
 
 cluster-up:
 	@tests/cluster/up $(CLUSTER_STATE)

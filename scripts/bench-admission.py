@@ -17,7 +17,7 @@ BENCH_RUNS=N: N runs instead of 5; WASMOP_BENCH_HOST=PATH: measure that host bin
 
 import base64, contextlib, os, signal, socket, statistics, subprocess, sys, tempfile, time
 
-from benchlib import ENV, HOST, build, kubectl, wait_ready
+from benchlib import ENV, HOST, build, grant_dir, kubectl, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = "--quick" in sys.argv
@@ -76,8 +76,9 @@ def main():
         subprocess.run([LOAD, "certs", tmp], check=True)
         port = free_port()
         log = open(os.path.join(tmp, "host.log"), "w")
+        identity = grant_dir(plugins)
         host = subprocess.Popen(
-            ["taskset", "-c", "0", HOST, "run", "--plugins-dir", plugins, "--metrics-bind-address", "127.0.0.1:0",
+            ["taskset", "-c", "0", HOST, "run", "--plugins-dir", plugins, *identity, "--metrics-bind-address", "127.0.0.1:0",
              "--webhooks", "--webhook-bind-address", f"127.0.0.1:{port}",
              "--webhook-cert-file", os.path.join(tmp, "tls.crt"), "--webhook-key-file", os.path.join(tmp, "tls.key")],
             env=dict(ENV, TOKIO_WORKER_THREADS="1", WASMOP_LOG="warn,wasmop::cli=info"), stdout=log, stderr=log)

@@ -35,7 +35,11 @@ echo "namespace: $ns" >"$work/plugins/memcached.settings.yaml"
 if [ "$mode" = native ]; then
   "$out/examples/memcached_native" $ns >"$work/host.log" 2>&1 &
 else
-  "$out/wasmop" run --plugins-dir "$work/plugins" --metrics-bind-address 127.0.0.1:0 >"$work/host.log" 2>&1 &
+  # As deployed: the plugin acts as its own ServiceAccount, granted by `wasmop rbac`.
+  "$out/wasmop" rbac "$work/plugins/memcached.wasm" --namespace default \
+    --settings "$work/plugins/memcached.settings.yaml" | kubectl apply -f - >/dev/null
+  "$out/wasmop" run --plugins-dir "$work/plugins" --plugins-dir-service-account-namespace default \
+    --metrics-bind-address 127.0.0.1:0 >"$work/host.log" 2>&1 &
 fi
 host=$!
 # Delete the CRs while the host still runs (it removes their finalizers), then the rest.

@@ -12,7 +12,7 @@ Usage: scripts/bench-isolation.py [RUNS] [N]   (needs `make plugins` and a contr
 
 import os, shutil, statistics, subprocess, sys, tempfile, time
 
-from benchlib import ENV, HOST, build, kubectl
+from benchlib import ENV, HOST, build, grant_dir, kubectl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGINS = os.path.join(ROOT, "target", "plugins")
@@ -42,7 +42,8 @@ def run(hostile, i):
                     for j, m in enumerate(HOSTILE)]
             kubectl("apply", "-f", "-", stdin="---\n".join(docs))
         log = open(os.path.join(tmp, "host.log"), "w")
-        h = subprocess.Popen([HOST, "run", "--plugins-dir", d, "--metrics-bind-address", "127.0.0.1:0"],
+        identity = grant_dir(d)
+        h = subprocess.Popen([HOST, "run", "--plugins-dir", d, *identity, "--metrics-bind-address", "127.0.0.1:0"],
                              env=dict(ENV, WASMOP_LOG="warn"), stdout=log, stderr=log)
         try:
             # Let the neighbours get going (and the probe's watch sync) before the clock starts.

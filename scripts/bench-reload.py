@@ -13,7 +13,7 @@ plane: tests/cluster/up)."""
 
 import datetime, os, re, subprocess, sys, tempfile, time
 
-from benchlib import ENV, HOST, ROOT, build, kubectl
+from benchlib import ENV, HOST, ROOT, build, grant, kubectl
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 NS = "bench-reload"
@@ -81,6 +81,8 @@ def main():
                     open(path, "wb").write(wasm)
                     settings = os.path.join(work, "s.yaml")
                     open(settings, "w").write(f"namespace: {NS}\nround: {series} {r}\n")
+                    if r == 0:
+                        grant(path, plugin, settings, NS)
                     cm = subprocess.run([HOST, "pack", path, "--name", f"bench-{plugin}", "--namespace", NS, "--settings", f"{plugin}={settings}"],
                                         check=True, capture_output=True, text=True).stdout
                     before = len(loaded_times(log, plugin))

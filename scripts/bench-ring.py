@@ -19,7 +19,7 @@ target/cluster; KUBECONFIG overrides it). Prints Markdown tables."""
 
 import os, shutil, statistics, subprocess, sys, tempfile, threading, time
 
-from benchlib import ENV, HOST, build, kubectl, wait_ready
+from benchlib import ENV, HOST, build, grant, grant_dir, kubectl, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGINS = os.path.join(ROOT, "target", "plugins")
@@ -38,7 +38,7 @@ class Host:
     def __init__(self, plugins_dir):
         self.log = open(os.path.join(plugins_dir, "..", "host.log"), "w")
         self.p = subprocess.Popen(
-            [HOST, "run", "--plugins-dir", plugins_dir, "--metrics-bind-address", "127.0.0.1:0"],
+            [HOST, "run", "--plugins-dir", plugins_dir, *grant_dir(plugins_dir), "--metrics-bind-address", "127.0.0.1:0"],
             env=dict(ENV, WASMOP_LOG="warn,wasmop::cli=info"), stdout=self.log, stderr=self.log)
         self.logpath = self.log.name
 
@@ -162,6 +162,7 @@ def main():
                 settings = f"namespace: ringd-{os.getpid() % 10000}\n"
                 with open(os.path.join(d, f"{p}.settings.yaml"), "w") as f:
                     f.write(settings)
+                grant(os.path.join(d, f"{p}.wasm"), p, os.path.join(d, f"{p}.settings.yaml"))
                 names.append(p)
                 time.sleep(5)
                 h.wait_ready()

@@ -47,3 +47,26 @@ def build(example=None):
     args += ["--example", example] if example else ["--bins"]
     subprocess.run(args, cwd=ROOT, check=True)
     return os.path.join(OUT, "examples", example) if example else HOST
+
+
+# Where the ServiceAccounts of --plugins-dir plugins live in the benchmarks.
+ACCOUNTS = "default"
+
+
+def grant(wasm, name, settings_file=None, namespace=ACCOUNTS):
+    """What a cluster admin does before a plugin runs: `wasmop rbac` for it, applied.
+    The host then acts as the plugin's own ServiceAccount, as deployed."""
+    args = [HOST, "rbac", wasm, "--name", name, "--namespace", namespace]
+    if settings_file and os.path.exists(settings_file):
+        args.append(f"--settings={settings_file}")
+    rbac = subprocess.run(args, env=ENV, check=True, capture_output=True, text=True).stdout
+    kubectl("apply", "-f", "-", stdin=rbac)
+
+
+def grant_dir(plugins_dir, namespace=ACCOUNTS):
+    """Grants every plugin of a --plugins-dir; returns the host flags that go with it."""
+    for f in sorted(os.listdir(plugins_dir)):
+        if f.endswith(".wasm"):
+            name = f[: -len(".wasm")]
+            grant(os.path.join(plugins_dir, f), name, os.path.join(plugins_dir, f"{name}.settings.yaml"), namespace)
+    return ["--plugins-dir-service-account-namespace", namespace]

@@ -28,6 +28,10 @@ nohup "$target/debug/wasmop" run --plugins-configmaps --plugins-namespace wasmop
   --metrics-bind-address 127.0.0.1:0 >"$demo/host.log" 2>&1 &
 echo "host pid $! (log: $demo/host.log)"
 
+say "A cluster admin lets the plugin run as itself: its ServiceAccount and least-privilege RBAC"
+echo "$ wasmop rbac target/plugins/memcached.wasm --namespace wasmop-system | kubectl apply -f -"
+"$target/debug/wasmop" rbac target/plugins/memcached.wasm --namespace wasmop-system | kubectl apply -f -
+
 say "Deploying the Memcached plugin: wasmop pack | kubectl apply (no restart)"
 echo "$ wasmop pack target/plugins/memcached.wasm --name plugins --namespace wasmop-system | kubectl apply --server-side -f -"
 "$target/debug/wasmop" pack target/plugins/memcached.wasm --name plugins --namespace wasmop-system \

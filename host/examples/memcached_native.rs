@@ -8,9 +8,9 @@
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use kube::runtime::controller::{Action as KAction, Config, Controller};
 use kube::runtime::reflector::ObjectRef as KRef;
-use kube::{Api, Client};
 use memcached::{Memcached, Operator};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -97,8 +97,8 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt().with_env_filter("warn").init();
     let ns = std::env::args().nth(1).unwrap_or_else(|| "default".into());
-    let client = Client::try_default().await?;
-    let backend = Arc::new(KubeBackend::new(client.clone(), "memcached-native"));
+    let backend = Arc::new(KubeBackend::new(kube::Config::infer().await?, "memcached-native")?);
+    let client = backend.client().clone();
     let ctx = Arc::new((
         Native { backend, rt: tokio::runtime::Handle::current(), uids: Default::default() },
         format!("namespace: {ns}"),

@@ -14,6 +14,7 @@ pub mod gateway;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod rbac;
 pub mod registry;
 pub mod runtime;
 pub mod sources;

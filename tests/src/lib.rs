@@ -118,6 +118,93 @@ pub fn wasmop_bin() -> PathBuf {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/wasmop"))
 }
 
+/// Where the ServiceAccounts of the hosts' directory plugins live (the namespace every
+/// cluster has): a directory plugin `NAME` acts as `default/NAME`.
+pub const DIR_PLUGIN_ACCOUNTS: &str = "default";
+
+/// What a cluster admin does to let a plugin run as itself: `wasmop rbac` for the
+/// plugin (with its settings, which decide its manifest), applied. `account_namespace`
+/// is where its ServiceAccount lives (a ConfigMap plugin's: the ConfigMap's namespace).
+pub fn grant(plugin: &Path, name: &str, settings: &str, account_namespace: &str) -> Result<String> {
+    let work = tempfile::tempdir()?;
+    let file = work.path().join("settings.yaml");
+    std::fs::write(&file, settings)?;
+    let out = Command::new(wasmop_bin())
+        .arg("rbac")
+        .arg(plugin)
+        .args(["--name", name, "--namespace", account_namespace])
+        .arg(format!("--settings={}", file.display()))
+        .output()?;
+    if !out.status.success() {
+        bail!("wasmop rbac {}: {}", plugin.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    let yaml = String::from_utf8(out.stdout)?;
+    apply(&yaml).map_err(|e| anyhow::anyhow!("apply the RBAC of {name}: {e}"))?;
+    Ok(yaml)
+}
+
+/// `wasmop pack` of one plugin: ConfigMap `configmap` in `ns` carrying `wasm` as
+/// plugin `plugin` with `settings`, and `annotations` (`KEY=VALUE`).
+pub fn pack_plugin(
+    wasm: &Path,
+    plugin: &str,
+    configmap: &str,
+    ns: &str,
+    settings: &str,
+    annotations: &[&str],
+) -> Result<String> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join(format!("{plugin}.wasm"));
+    std::fs::copy(wasm, &file)?;
+    let s = dir.path().join(format!("{plugin}.settings.yaml"));
+    std::fs::write(&s, settings)?;
+    let mut cmd = Command::new(wasmop_bin());
+    cmd.arg("pack").arg(&file).args(["--name", configmap, "--namespace", ns]);
+    cmd.arg(format!("--settings={plugin}={}", s.display()));
+    for a in annotations {
+        cmd.arg(format!("--annotation={a}"));
+    }
+    let out = cmd.output()?;
+    if !out.status.success() {
+        bail!("pack: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Warning Events on the object named `name` in `ns`: (reason, message).
+pub fn warnings(ns: &str, name: &str) -> Vec<(String, String)> {
+    let evs = get_json(&["events", "-n", ns, "--field-selector", &format!("involvedObject.name={name},type=Warning")])
+        .unwrap_or_default();
+    evs["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| (e["reason"].as_str().unwrap_or("").to_owned(), e["message"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+/// Waits for a Warning Event `reason` on `name` whose message contains `needle`.
+pub fn expect_warning(ns: &str, name: &str, reason: &str, needle: &str) -> Result<()> {
+    eventually(&format!("{name}: {reason} Event containing {needle:?}"), Duration::from_secs(90), || {
+        let w = warnings(ns, name);
+        if w.iter().any(|(r, m)| r == reason && m.contains(needle)) { Ok(()) } else { bail!("{w:?}") }
+    })
+}
+
+/// The apiserver's audit log of the local control plane, one JSON event per line.
+pub fn audit_log() -> Vec<serde_json::Value> {
+    let path = Path::new(&kubeconfig()).with_file_name("audit.log");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// Audit events of requests made as `user` (impersonated or not).
+pub fn audit_as<'a>(log: &'a [serde_json::Value], user: &str) -> Vec<&'a serde_json::Value> {
+    log.iter()
+        .filter(|e| e["impersonatedUser"]["username"].as_str().or(e["user"]["username"].as_str()) == Some(user))
+        .collect()
+}
+
 /// A host process with its own plugin directory; killed when dropped.
 pub struct Host {
     pub dir: tempfile::TempDir,
@@ -128,7 +215,9 @@ pub struct Host {
 }
 
 impl Host {
-    /// A host with `plugins` (name, path, settings) in its plugin dir.
+    /// A host with `plugins` (name, path, settings) in its plugin dir. Each acts as its
+    /// own ServiceAccount (`default/NAME`), granted what `wasmop rbac` prints for it
+    /// first, as a cluster admin would.
     pub fn start(plugins: &[(&str, &Path, &str)], extra: &[&str]) -> Result<Host> {
         Self::start_with_env(plugins, extra, &[])
     }
@@ -139,6 +228,7 @@ impl Host {
         let plugins_dir = dir.path().join("plugins");
         std::fs::create_dir_all(&plugins_dir)?;
         for (name, path, settings) in plugins {
+            grant(path, name, settings, DIR_PLUGIN_ACCOUNTS)?;
             std::fs::copy(path, plugins_dir.join(format!("{name}.wasm")))
                 .with_context(|| format!("copy {}", path.display()))?;
             if !settings.is_empty() {
@@ -168,6 +258,7 @@ impl Host {
             .arg("--plugins-dir")
             .arg(self.plugins_dir())
             .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--plugins-dir-service-account-namespace", DIR_PLUGIN_ACCOUNTS])
             .args(&self.extra)
             .env("KUBECONFIG", kubeconfig())
             .env("WASMOP_LOG", "info,wasmop=debug,kube=warn")

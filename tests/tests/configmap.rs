@@ -13,6 +13,8 @@ fn pack(dir: &Path, wasm: &Path, ns: &str) -> Result<String> {
     std::fs::copy(wasm, &file)?;
     let settings = dir.join("probe.settings.yaml");
     std::fs::write(&settings, format!("namespace: {ns}\n"))?;
+    // The cluster admin's part: the plugin acts as ServiceAccount `probe` in `ns`.
+    grant(wasm, "probe", &format!("namespace: {ns}\n"), ns)?;
     let out = Command::new(wasmop_bin())
         .args(["pack", file.to_str().unwrap(), "--name", "plugins", "--namespace", ns])
         .arg("--settings")

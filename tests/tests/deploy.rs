@@ -22,7 +22,7 @@ fn kustomize_tree_is_schema_valid_server_side() -> Result<()> {
 
     // The plugin ConfigMaps, with the built plugins gzipped as `make deploy-plugins` does.
     let dir = tempfile::tempdir()?;
-    for f in ["kustomization.yaml", "memcached.settings.yaml"] {
+    for f in ["kustomization.yaml", "memcached.settings.yaml", "memcached-rbac.yaml", "sidecarset-rbac.yaml"] {
         std::fs::copy(Path::new(DEPLOY).join("plugins").join(f), dir.path().join(f))?;
     }
     for p in ["memcached", "sidecarset"] {
@@ -34,6 +34,33 @@ fn kustomize_tree_is_schema_valid_server_side() -> Result<()> {
     let out = kubectl(&["apply", "-k", dir.path().to_str().unwrap(), "--server-side", "--dry-run=server"])
         .map_err(anyhow::Error::msg)?;
     assert!(out.contains("wasmop-plugin-sidecarset"), "{out}");
+    assert!(out.contains("serviceaccount/sidecarset"), "{out}");
+    Ok(())
+}
+
+#[test]
+fn shipped_plugin_rbac_matches_their_manifests() -> Result<()> {
+    for p in ["memcached", "sidecarset"] {
+        let wasm = plugin_path(&format!("{p}.wasm"));
+        if !wasm.exists() {
+            eprintln!("skipped: {} not built (make plugins)", wasm.display());
+            return Ok(());
+        }
+        let mut cmd = Command::new(wasmop_bin());
+        cmd.arg("rbac").arg(&wasm).args(["--namespace", "wasmop-system"]);
+        let settings = Path::new(DEPLOY).join("plugins").join(format!("{p}.settings.yaml"));
+        if settings.exists() {
+            cmd.arg("--settings").arg(&settings);
+        }
+        let out = cmd.output()?;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let have = std::fs::read_to_string(Path::new(DEPLOY).join("plugins").join(format!("{p}-rbac.yaml")))?;
+        assert_eq!(
+            have,
+            String::from_utf8(out.stdout)?,
+            "deploy/plugins/{p}-rbac.yaml is stale: run `make deploy-rbac`"
+        );
+    }
     Ok(())
 }
 

@@ -5,6 +5,7 @@ mod election;
 mod inspect;
 mod offline;
 mod pack;
+mod rbac;
 mod run;
 mod serve;
 mod webhooks;
@@ -38,6 +39,8 @@ enum Command {
     Pack(pack::PackArgs),
     /// Print Mutating/ValidatingWebhookConfigurations (YAML) for plugins' admission handlers.
     WebhookConfig(webhooks::WebhookConfigArgs),
+    /// Print the ServiceAccount and least-privilege RBAC a plugin needs (apply it to let the host run the plugin as itself).
+    Rbac(rbac::RbacArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -47,6 +50,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reconcile(args) => offline::reconcile(args).await,
         Command::Pack(args) => pack::pack(args),
         Command::WebhookConfig(args) => webhooks::webhook_config(args).await,
+        Command::Rbac(args) => rbac::rbac(args).await,
     }
 }
 

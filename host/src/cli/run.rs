@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use wasmop::controllers::Shared;
-use wasmop::gateway::KubeBackend;
+use wasmop::gateway::{Identities, KubeBackend};
 use wasmop::health::Health;
 use wasmop::registry::Registry;
 use wasmop::runtime::{Limits, Runtime, RuntimeConfig};
@@ -67,10 +67,23 @@ pub struct RunArgs {
     /// Grace period for in-flight reconciles on SIGTERM/SIGINT, in seconds.
     #[arg(long, env = "WASMOP_SHUTDOWN_GRACE_SECONDS", default_value_t = 25)]
     shutdown_grace_seconds: u64,
+    /// Whom the host acts as for a plugin: its own ServiceAccount (named after the plugin,
+    /// in its ConfigMap's namespace; see `wasmop rbac`), or the host itself (development only).
+    #[arg(long, env = "WASMOP_PLUGIN_IDENTITY", value_enum, default_value_t = PluginIdentity::ServiceAccount)]
+    plugin_identity: PluginIdentity,
+    /// Namespace of the ServiceAccounts of --plugins-dir plugins (default: $POD_NAMESPACE or "default").
+    #[arg(long, env = "WASMOP_PLUGINS_DIR_SERVICE_ACCOUNT_NAMESPACE")]
+    plugins_dir_service_account_namespace: Option<String>,
     #[command(flatten)]
     webhooks: super::webhooks::WebhookArgs,
     #[command(flatten)]
     election: super::election::ElectionArgs,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PluginIdentity {
+    ServiceAccount,
+    Host,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -102,11 +115,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         axum::http::header::USER_AGENT,
         axum::http::HeaderValue::from_static(concat!("wasmop/", env!("CARGO_PKG_VERSION"))),
     ));
-    let client = kube::Client::try_from(config).context("cannot build the cluster client")?;
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));
-    let kube = Arc::new(KubeBackend::new(client, &instance));
+    let kube = Arc::new(KubeBackend::new(config, &instance).context("cannot build the cluster client")?);
+    let own_namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let identities = match args.plugin_identity {
+        PluginIdentity::ServiceAccount => Identities::ServiceAccounts(kube.clone()),
+        PluginIdentity::Host => {
+            tracing::warn!(
+                "--plugin-identity host: every plugin acts as the host's own ServiceAccount, so the host's RBAC is \
+                 what each plugin may do; use it on a development cluster only"
+            );
+            Identities::Host
+        }
+    };
     let runtime = Arc::new(Runtime::new(RuntimeConfig {
         cache_dir: args.compile_cache_dir.clone(),
         max_instances: args.max_instances,
@@ -136,11 +159,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (tx, rx) = mpsc::channel(64);
     let mut sources: Vec<Box<dyn PluginSource>> = Vec::new();
     if let Some(dir) = &args.plugins_dir {
-        sources.push(Box::new(DirSource::new(dir, limits.clone())));
+        let accounts = args.plugins_dir_service_account_namespace.as_deref().unwrap_or(&own_namespace);
+        sources.push(Box::new(DirSource::new(dir, limits.clone()).identities_in(accounts)));
     }
     if args.plugins_configmaps {
         let namespaces = if args.plugins_namespace.is_empty() {
-            vec![std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into())]
+            vec![own_namespace.clone()]
         } else {
             args.plugins_namespace.clone()
         };
@@ -156,7 +180,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}", args.metrics_bind_address))?;
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /plugins");
     let events: Arc<dyn wasmop::gateway::Backend> = kube.clone();
-    tokio::spawn(wasmop::sources::drive(registry.clone(), rx, Some(events), health.clone()));
+    tokio::spawn(wasmop::sources::drive(registry.clone(), rx, Some(events), identities, health.clone()));
     for s in sources {
         tokio::spawn(s.run(tx.clone()));
     }

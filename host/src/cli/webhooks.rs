@@ -99,9 +99,17 @@ pub struct WebhookConfigArgs {
     /// A CA (PEM) to write as caBundle; without it the host (or cert-manager) fills it in.
     #[arg(long)]
     ca_file: Option<PathBuf>,
-    /// Namespaces never sent to the webhooks.
-    #[arg(long, value_delimiter = ',', default_value = "kube-system")]
+    /// Namespaces never sent to the webhooks. Why the host's own: a Pod webhook with
+    /// `failurePolicy: Fail` must not keep the host's own Pods from starting.
+    #[arg(long, value_delimiter = ',', default_value = "kube-system,wasmop-system")]
     exclude_namespaces: Vec<String>,
+    /// The plugins' `wasmop.io/allowed-namespaces`: only these namespaces are sent.
+    #[arg(long, value_delimiter = ',')]
+    allowed_namespaces: Vec<String>,
+    /// The plugins' `wasmop.io/allowed-kinds` (API_VERSION/KIND): a handler serving
+    /// another kind is refused, as the host refuses to load it.
+    #[arg(long, value_delimiter = ',')]
+    allowed_kinds: Vec<String>,
     /// Fail (reject when the host cannot answer) or Ignore.
     #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
     failure_policy: String,
@@ -137,6 +145,17 @@ pub async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<ExitCode>
         let file = path.file_name().and_then(|s| s.to_str()).unwrap_or("plugin");
         let name = file.trim_end_matches(".gz").trim_end_matches(".wasm").to_owned();
         let handlers = rt.handlers(&compiled, &name, &settings, &Default::default()).await?;
+        let allowed = |kind: &wasmop_sdk::KindRef| {
+            args.allowed_kinds.is_empty()
+                || args.allowed_kinds.iter().filter_map(|a| a.rsplit_once('/')).any(|(version, name)| {
+                    wasmop_sdk::KindRef::new(version, name).group() == kind.group() && name == kind.kind
+                })
+        };
+        for h in &handlers {
+            if let Some(kind) = h.kinds.iter().find(|k| !allowed(k)) {
+                anyhow::bail!("{}: handler {} serves {kind}, which is not in --allowed-kinds", path.display(), h.name);
+            }
+        }
         if handlers.is_empty() {
             eprintln!("note: {} serves no admission handlers", path.display());
         }
@@ -147,6 +166,7 @@ pub async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<ExitCode>
         endpoint,
         ca_bundle,
         exclude_namespaces: args.exclude_namespaces,
+        only_namespaces: (!args.allowed_namespaces.is_empty()).then_some(args.allowed_namespaces),
         failure_policy: args.failure_policy,
         timeout_seconds: 10,
     };

@@ -77,10 +77,18 @@ async fn run(
     mut stopped: watch::Receiver<bool>,
     resync: Arc<tokio::sync::Notify>,
 ) {
-    let manifest = handle.load().manifest.clone();
+    let (manifest, permissions, identity) = {
+        let p = handle.load();
+        (p.manifest.clone(), p.permissions.clone(), p.identity.clone())
+    };
     shared.health.controller(&name, false);
     let streams = loop {
-        match watches::streams(&shared.kube, &manifest).await {
+        // Watches run as the plugin, so its caches hold only what it may read.
+        let watched = match shared.kube.for_identity(identity.as_ref()) {
+            Ok(kube) => watches::streams(&kube, &manifest, &permissions).await,
+            Err(e) => Err(e),
+        };
+        match watched {
             Ok(s) => break s,
             Err(e) => {
                 tracing::warn!(plugin = %name, "cannot watch yet, retrying in 5s: {e}");
@@ -203,7 +211,7 @@ fn on_event(
             }
             queue.add(oref);
         }
-        Role::Owned => {
+        Role::Owned(_) => {
             let owner = metadata.owner_references.iter().flatten().find(|r| {
                 r.controller == Some(true)
                     && r.kind == m.primary.kind
@@ -259,7 +267,15 @@ impl Worker {
     async fn reconcile(&self, key: &ObjectRef) {
         let plugin = self.handle.load_full();
         let current = self.cache.lock().unwrap().get(key).cloned();
-        let backend: Arc<dyn Backend> = self.shared.kube.clone();
+        let backend: Arc<dyn Backend> = match self.shared.kube.for_identity(plugin.identity.as_ref()) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(plugin = %plugin.name, object = %key, "cannot act as the plugin: {e}");
+                let delay = self.backoff.lock().unwrap().fail(key);
+                self.queue.add_after(key.clone(), delay);
+                return;
+            }
+        };
         let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
             .with_cache(self.shared.caches.get(&plugin.name));
         let started = Instant::now();
@@ -297,7 +313,7 @@ impl Worker {
                     tracing::warn!(plugin = %plugin.name, object = %key, retry = e.retry, "reconcile failed: {message}");
                 }
                 if current.is_some() && !conflict {
-                    gateway.record_event(key, EventType::Warning, "ReconcileFailed", &e.message).await;
+                    gateway.report(key, EventType::Warning, "ReconcileFailed", &e.message).await;
                 }
                 if e.retry {
                     METRICS.retries.get_or_create(&labels(&[("plugin", p)])).inc();
@@ -313,7 +329,7 @@ impl Worker {
                 METRICS.retries.get_or_create(&labels(&[("plugin", p)])).inc();
                 if current.is_some() {
                     let msg = format!("plugin {} faulted ({}): {fault}", plugin.name, fault.kind());
-                    gateway.record_event(key, EventType::Warning, "PluginFault", &msg).await;
+                    gateway.report(key, EventType::Warning, "PluginFault", &msg).await;
                 }
                 let delay = self.backoff.lock().unwrap().fail(key);
                 self.queue.add_after(key.clone(), delay);

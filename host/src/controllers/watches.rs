@@ -18,7 +18,7 @@
 //! strips them from what it hands back too (`gateway::kube_backend`), so in practice
 //! plugins do not see them.
 
-use crate::gateway::{KindRef, KubeBackend, ObjectRef};
+use crate::gateway::{KindRef, KubeBackend, ObjectRef, Permissions, Reach, Verb};
 use futures::{Stream, StreamExt, stream::BoxStream};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, DynamicResourceScope, ObjectMeta, PartialObjectMeta, Resource};
@@ -31,12 +31,14 @@ use serde_json::Value;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
     Primary,
-    Owned,
+    /// The manifest's `owns[i]`.
+    Owned(usize),
     /// The manifest's `watches[i]`.
     Watched(usize),
 }
 
 /// Which watch an event came from: its role and namespace (None: all namespaces).
+/// Distinct for every stream, so the controller can count them synced.
 pub type Source = (Role, Option<String>);
 
 /// What the controller keeps of a watched object.
@@ -71,19 +73,25 @@ fn primary(kind: &KindRef, mut o: DynamicObject) -> Option<Seen> {
     Some(s)
 }
 
-/// The streams for `m`'s primary, owned and watched kinds.
-pub async fn streams(kube: &KubeBackend, m: &wasmop_sdk::Manifest) -> Result<Vec<Events>, wasmop_sdk::Error> {
-    let mut kinds: Vec<(Role, KindRef)> = vec![(Role::Primary, m.primary.clone())];
-    kinds.extend(m.owns.iter().map(|k| (Role::Owned, k.clone())));
-    kinds.extend(m.watches.iter().enumerate().map(|(i, w)| (Role::Watched(i), w.kind.clone())));
+/// The streams for `m`'s primary, owned and watched kinds, made with `kube` (the
+/// backend acting as the plugin). Each watch passes the plugin's permission check as a
+/// `list` of where it looks: a plugin limited to namespaces cannot watch a
+/// cluster-scoped kind, whatever its manifest says about scope.
+pub async fn streams(
+    kube: &KubeBackend,
+    m: &wasmop_sdk::Manifest,
+    permissions: &Permissions,
+) -> Result<Vec<Events>, wasmop_sdk::Error> {
     let mut out = Vec::new();
-    for (role, kind) in kinds {
+    for (role, kind) in kinds(m) {
         let (ar, caps) = kube.resource(&kind).await?;
         let namespaces: Vec<Option<String>> = match (&caps.scope, m.namespaces.is_empty()) {
             (Scope::Namespaced, false) => m.namespaces.iter().cloned().map(Some).collect(),
             _ => vec![None],
         };
         for ns in namespaces {
+            let namespaced = matches!(caps.scope, Scope::Namespaced);
+            permissions.check(&kind, Verb::List, Reach::of(namespaced, ns.as_deref()))?;
             let (source, kind) = ((role, ns.clone()), kind.clone());
             let s: Events = if role == Role::Primary {
                 let events = watch::<DynamicObject>(kube, ns.as_deref(), &ar);
@@ -96,6 +104,14 @@ pub async fn streams(kube: &KubeBackend, m: &wasmop_sdk::Manifest) -> Result<Vec
         }
     }
     Ok(out)
+}
+
+/// The kinds `m` watches, each under its own role.
+fn kinds(m: &wasmop_sdk::Manifest) -> Vec<(Role, KindRef)> {
+    let mut kinds: Vec<(Role, KindRef)> = vec![(Role::Primary, m.primary.clone())];
+    kinds.extend(m.owns.iter().enumerate().map(|(i, k)| (Role::Owned(i), k.clone())));
+    kinds.extend(m.watches.iter().enumerate().map(|(i, w)| (Role::Watched(i), w.kind.clone())));
+    kinds
 }
 
 /// One watch of `ar`'s objects (in `ns`, or everywhere), retried with backoff. With
@@ -191,5 +207,20 @@ mod tests {
         let m: ObjectMeta = serde_json::from_value(json!({"name": "prod", "namespace": ""})).unwrap();
         assert_eq!(seen(&ns, m).unwrap().oref.namespace, None);
         assert!(seen(&ns, ObjectMeta::default()).is_none());
+    }
+
+    #[test]
+    fn every_watched_kind_has_its_own_source() {
+        let mut m = wasmop_sdk::Manifest::for_kind("a", "1", kind());
+        m.owns.push(KindRef::new("apps/v1", "Deployment"));
+        m.owns.push(KindRef::new("v1", "Service"));
+        m.watches
+            .push(wasmop_sdk::Watch { kind: KindRef::new("v1", "Secret"), mapping: wasmop_sdk::Mapping::SameName });
+        let roles: Vec<Role> = kinds(&m).into_iter().map(|(r, _)| r).collect();
+        assert_eq!(roles, [Role::Primary, Role::Owned(0), Role::Owned(1), Role::Watched(0)]);
+        // One source per stream: two owned kinds sharing one would never all count as
+        // synced in the controller, which would then never be ready.
+        let sources: std::collections::HashSet<Source> = roles.into_iter().map(|r| (r, Some("ns".into()))).collect();
+        assert_eq!(sources.len(), 4);
     }
 }

@@ -1,28 +1,91 @@
-//! The real apiserver, through kube's dynamic API.
+//! The real apiserver, through kube's dynamic API, as the host or as one plugin.
+//!
+//! [`KubeBackend::for_identity`] gives the backend of one plugin's identity: the same
+//! cluster configuration with `Impersonate-User` set to the plugin's ServiceAccount, so
+//! the apiserver's RBAC decides and its audit log names the plugin. Backends of the same
+//! host share one discovery cache (kinds map to resources the same for everyone) and
+//! are kept per identity, so reloading a plugin reuses its connections.
 
 use super::events::EventWriter;
-use super::{Backend, Error, EventType, KindRef, ListParams, ObjectRef, from_kube};
+use super::{Backend, Error, EventType, Identity, KindRef, ListParams, ObjectRef, from_kube};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{ApiCapabilities, Scope};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex, RwLock};
+
+type Resources = Arc<RwLock<HashMap<KindRef, (ApiResource, ApiCapabilities)>>>;
 
 /// Maps kinds to resources once (discovery of one group-version per kind), and is
 /// refreshed when a kind is unknown: only successful look-ups are cached, so a CRD
 /// installed after start-up is found on the next call.
 pub struct KubeBackend {
     client: kube::Client,
-    resources: RwLock<HashMap<KindRef, (ApiResource, ApiCapabilities)>>,
+    /// The host's own configuration, from which impersonating clients are made.
+    config: kube::Config,
+    instance: String,
+    /// Who this backend acts as (None: the host itself).
+    identity: Option<Identity>,
+    resources: Resources,
     events: EventWriter,
+    /// The backends of plugin identities, made once each (the host's backend only).
+    acting: Mutex<HashMap<Identity, Arc<KubeBackend>>>,
 }
 
 impl KubeBackend {
-    /// `instance` names this host process in Events (reportingInstance).
-    pub fn new(client: kube::Client, instance: &str) -> Self {
-        KubeBackend { resources: RwLock::default(), events: EventWriter::new(client.clone(), instance), client }
+    /// The host's own backend. `instance` names this host process in Events
+    /// (reportingInstance).
+    pub fn new(config: kube::Config, instance: &str) -> Result<Self, kube::Error> {
+        Self::build(config, instance, None, Resources::default())
+    }
+
+    fn build(
+        config: kube::Config,
+        instance: &str,
+        identity: Option<Identity>,
+        resources: Resources,
+    ) -> Result<Self, kube::Error> {
+        let mut effective = config.clone();
+        if let Some(id) = &identity {
+            effective.auth_info.impersonate = Some(id.user());
+            // The apiserver adds the ServiceAccount's own groups to an impersonated
+            // ServiceAccount user when no group is given, as it would for its token.
+            effective.auth_info.impersonate_groups = None;
+        }
+        let client = kube::Client::try_from(effective)?;
+        Ok(KubeBackend {
+            events: EventWriter::new(client.clone(), instance),
+            client,
+            config,
+            instance: instance.to_owned(),
+            identity,
+            resources,
+            acting: Mutex::default(),
+        })
+    }
+
+    /// The backend that acts as `identity` (None: this one, the host's own).
+    pub fn for_identity(self: &Arc<Self>, identity: Option<&Identity>) -> Result<Arc<KubeBackend>, Error> {
+        let Some(id) = identity else { return Ok(self.clone()) };
+        if self.identity.as_ref() == Some(id) {
+            return Ok(self.clone());
+        }
+        let mut acting = self.acting.lock().unwrap();
+        if let Some(b) = acting.get(id) {
+            return Ok(b.clone());
+        }
+        let b = Self::build(self.config.clone(), &self.instance, Some(id.clone()), self.resources.clone())
+            .map_err(|e| Error::Internal(format!("cannot make a client acting as {id}: {e}")))?;
+        let b = Arc::new(b);
+        acting.insert(id.clone(), b.clone());
+        Ok(b)
+    }
+
+    /// Who this backend acts as (None: the host itself).
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_ref()
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -58,7 +121,7 @@ impl KubeBackend {
     }
 
     async fn api_for(&self, object: &Value) -> Result<(Api<DynamicObject>, DynamicObject), Error> {
-        let r = super::object_ref(object)?;
+        let r = super::create_ref(object)?;
         let (api, _) = self.api(&r.kind_ref(), r.namespace.as_deref()).await?;
         let obj: DynamicObject =
             serde_json::from_value(object.clone()).map_err(|e| Error::Invalid(format!("malformed object: {e}")))?;
@@ -82,6 +145,14 @@ fn to_json(mut obj: DynamicObject, ar: Option<&ApiResource>) -> Result<Value, Er
 
 #[async_trait::async_trait]
 impl Backend for KubeBackend {
+    fn acting_as(self: Arc<Self>, identity: Option<&Identity>) -> Result<Arc<dyn Backend>, Error> {
+        Ok(self.for_identity(identity)?)
+    }
+
+    async fn namespaced(&self, kind: &KindRef) -> Result<bool, Error> {
+        Ok(matches!(self.resource(kind).await?.1.scope, Scope::Namespaced))
+    }
+
     async fn get(&self, object: &ObjectRef) -> Result<Value, Error> {
         let (api, ar) = self.api(&object.kind_ref(), object.namespace.as_deref()).await?;
         to_json(api.get(&object.name).await.map_err(from_kube)?, Some(&ar))
@@ -130,7 +201,8 @@ impl Backend for KubeBackend {
         reason: &str,
         message: &str,
     ) {
-        // `kubectl describe` selects Events by the regarded object's uid, so look it up.
+        // `kubectl describe` selects Events by the regarded object's uid, so look it up
+        // (as whoever this backend acts as: the gateway has checked the read).
         let uid = match uid {
             Some(uid) => Some(uid),
             None => {

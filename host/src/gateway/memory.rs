@@ -1,8 +1,9 @@
 //! An in-memory cluster for offline runs (`wasmop reconcile`), the SDK's fake cluster
 //! behind the [`Backend`] interface.
 
-use super::{Backend, Error, EventType, KindRef, ListParams, ObjectRef};
+use super::{Backend, Error, EventType, Identity, KindRef, ListParams, ObjectRef};
 use serde_json::Value;
+use std::sync::Arc;
 use wasmop_sdk::Cluster;
 use wasmop_sdk::fake::FakeCluster;
 
@@ -19,6 +20,10 @@ impl MemoryBackend {
 
 #[async_trait::async_trait]
 impl Backend for MemoryBackend {
+    /// One in-memory cluster, no identities: every plugin sees the same objects.
+    fn acting_as(self: Arc<Self>, _: Option<&Identity>) -> Result<Arc<dyn Backend>, Error> {
+        Ok(self)
+    }
     async fn get(&self, object: &ObjectRef) -> Result<Value, Error> {
         self.fake.get(object)
     }

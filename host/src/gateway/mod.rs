@@ -1,23 +1,26 @@
 //! The gateway: the only place that touches the cluster on a plugin's behalf.
 //!
-//! A [`Gateway`] is one plugin's view of the cluster. Every call is first checked
-//! against that plugin's [`Permissions`]; a denied call returns `forbidden` to the
-//! plugin, is logged and counted, and never reaches the [`Backend`]. Backends are the
-//! real apiserver ([`KubeBackend`]) or an in-memory cluster ([`MemoryBackend`]) for
-//! offline runs. Nothing here knows about wasm.
+//! A [`Gateway`] is one plugin's view of the cluster. Every call, and every Event the
+//! plugin records, is first checked against that plugin's [`Permissions`]; a denied
+//! call returns `forbidden` to the plugin, is logged and counted, and never reaches the
+//! [`Backend`]. Backends are the real apiserver ([`KubeBackend`], acting as the
+//! plugin's [`Identity`]) or an in-memory cluster ([`MemoryBackend`]) for offline runs.
+//! Nothing here knows about wasm.
 
 mod cache;
 mod error;
 mod events;
+mod identity;
 mod kube_backend;
 mod memory;
 mod permissions;
 
 pub use cache::{Caches, ObjectCache, PrimaryCache};
 pub use error::from_kube;
+pub use identity::{Identities, Identity, verify as verify_identity};
 pub use kube_backend::KubeBackend;
 pub use memory::MemoryBackend;
-pub use permissions::Permissions;
+pub use permissions::{Permissions, Reach};
 /// `s` cut to at most `max` bytes on a character boundary: plugin text (messages, log
 /// lines) is untrusted and may be of any size.
 pub fn truncate(s: &str, max: usize) -> &str {
@@ -41,9 +44,21 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Event reasons only the host writes: a plugin's Event with one of them is refused,
+/// so `kubectl describe` can trust them.
+pub const HOST_REASONS: &[&str] = &["PluginRejected", "PluginFault", "ReconcileFailed"];
+
 /// Cluster access with no permission checks; see [`Gateway`] for the checked view.
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync {
+    /// This cluster as `identity` sees it (None: as the host).
+    fn acting_as(self: Arc<Self>, identity: Option<&Identity>) -> Result<Arc<dyn Backend>, Error>;
+
+    /// Whether `kind` is namespaced. The default (offline backends) takes every kind
+    /// as namespaced.
+    async fn namespaced(&self, _kind: &KindRef) -> Result<bool, Error> {
+        Ok(true)
+    }
     async fn get(&self, object: &ObjectRef) -> Result<Value, Error>;
     async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<Value>, Error>;
     async fn create(&self, object: Value) -> Result<Value, Error>;
@@ -110,13 +125,25 @@ impl Gateway {
         self.conflict.load(Ordering::Relaxed)
     }
 
-    fn check(&self, kind: &KindRef, verb: Verb, namespace: Option<&str>) -> Result<(), Error> {
-        self.permissions.check(kind, verb, namespace).inspect_err(|e| {
-            self.denied.fetch_add(1, Ordering::Relaxed);
-            self.conflict.store(false, Ordering::Relaxed);
-            METRICS.denied_calls.get_or_create(&labels(&[("plugin", &self.plugin), ("verb", verb.as_str())])).inc();
-            tracing::warn!(plugin = %self.plugin, verb = verb.as_str(), %kind, namespace, "denied: {}", e.message());
-        })
+    /// The authority check every path goes through. The kind's scope is looked up
+    /// (discovery, cached) only for a plugin limited to namespaces: there a
+    /// cluster-scoped kind is out of reach whatever namespace the plugin named.
+    pub async fn check(&self, kind: &KindRef, verb: Verb, namespace: Option<&str>) -> Result<(), Error> {
+        let namespaced = if self.permissions.limited_to_namespaces() && self.permissions.allows(kind, verb) {
+            self.backend.namespaced(kind).await?
+        } else {
+            true
+        };
+        self.permissions
+            .check(kind, verb, Reach::of(namespaced, namespace))
+            .inspect_err(|e| self.refused(verb, kind, namespace, e))
+    }
+
+    fn refused(&self, verb: Verb, kind: &KindRef, namespace: Option<&str>, e: &Error) {
+        self.denied.fetch_add(1, Ordering::Relaxed);
+        self.conflict.store(false, Ordering::Relaxed);
+        METRICS.denied_calls.get_or_create(&labels(&[("plugin", &self.plugin), ("verb", verb.as_str())])).inc();
+        tracing::warn!(plugin = %self.plugin, verb = verb.as_str(), %kind, namespace, "denied: {}", e.message());
     }
 
     fn counted<T>(&self, verb: Verb, r: Result<T, Error>) -> Result<T, Error> {
@@ -133,7 +160,7 @@ impl Gateway {
     }
 
     pub async fn get(&self, object: &ObjectRef) -> Result<Value, Error> {
-        self.check(&object.kind_ref(), Verb::Get, object.namespace.as_deref())?;
+        self.check(&object.kind_ref(), Verb::Get, object.namespace.as_deref()).await?;
         if let Some(r) = self.cache.as_ref().and_then(|c| c.get(object)) {
             return self.counted(Verb::Get, r);
         }
@@ -144,7 +171,7 @@ impl Gateway {
     /// plugin gets): from the watch cache when it covers the list, reusing the text of
     /// an unchanged list (see [`PrimaryCache::list_text`]); else from the backend.
     pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<String, Error> {
-        self.check(kind, Verb::List, params.namespace.as_deref())?;
+        self.check(kind, Verb::List, params.namespace.as_deref()).await?;
         if let Some(r) = self.cache.as_ref().and_then(|c| c.list_text(kind, params)) {
             return self.counted(Verb::List, r);
         }
@@ -153,34 +180,66 @@ impl Gateway {
     }
 
     pub async fn create(&self, object: Value) -> Result<Value, Error> {
-        let r = object_ref(&object)?;
-        self.check(&r.kind_ref(), Verb::Create, r.namespace.as_deref())?;
+        let r = create_ref(&object)?;
+        self.check(&r.kind_ref(), Verb::Create, r.namespace.as_deref()).await?;
         self.counted(Verb::Create, self.backend.create(object).await)
     }
 
     pub async fn update(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
-        self.check(&r.kind_ref(), Verb::Update, r.namespace.as_deref())?;
+        self.check(&r.kind_ref(), Verb::Update, r.namespace.as_deref()).await?;
         self.counted(Verb::Update, self.backend.update(object).await)
     }
 
     pub async fn update_status(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
-        self.check(&r.kind_ref(), Verb::UpdateStatus, r.namespace.as_deref())?;
+        self.check(&r.kind_ref(), Verb::UpdateStatus, r.namespace.as_deref()).await?;
         self.counted(Verb::UpdateStatus, self.backend.update_status(object).await)
     }
 
     pub async fn delete(&self, object: &ObjectRef) -> Result<(), Error> {
-        self.check(&object.kind_ref(), Verb::Delete, object.namespace.as_deref())?;
+        self.check(&object.kind_ref(), Verb::Delete, object.namespace.as_deref()).await?;
         self.counted(Verb::Delete, self.backend.delete(object).await)
     }
 
-    /// Events need no permission on the regarded kind: they only describe it.
+    /// An Event the plugin records. It goes through the same check as a `get` of the
+    /// object it describes (an Event names the object and carries its uid, so
+    /// describing is reading), and may not use a reason only the host writes
+    /// ([`HOST_REASONS`]). A refused Event is logged and counted, like a refused call;
+    /// Events return nothing to the plugin.
     pub async fn record_event(&self, regarding: &ObjectRef, event_type: EventType, reason: &str, message: &str) {
+        if HOST_REASONS.contains(&reason) {
+            let e = Error::Forbidden(format!("plugin may not record Events with reason {reason}: the host's own"));
+            self.refused(Verb::Create, &KindRef::new("v1", "Event"), regarding.namespace.as_deref(), &e);
+            return;
+        }
+        let kind = regarding.kind_ref();
+        if self.check(&kind, Verb::Get, regarding.namespace.as_deref()).await.is_err() {
+            return;
+        }
+        self.report(regarding, event_type, reason, message).await
+    }
+
+    /// An Event the host writes about the plugin's work (a failed reconcile, a fault),
+    /// with the plugin's identity: unchecked, for reasons of the host's choosing.
+    pub async fn report(&self, regarding: &ObjectRef, event_type: EventType, reason: &str, message: &str) {
         let (reason, message) = (truncate(reason, 128), truncate(message, MAX_EVENT_MESSAGE));
         let uid = self.cache.as_ref().and_then(|c| c.uid(regarding));
         self.backend.record_event(&self.plugin, regarding, uid, event_type, reason, message).await
     }
+}
+
+/// The reference a create names: like [`object_ref`], but `metadata.generateName`
+/// may stand for the name (the apiserver picks one).
+pub fn create_ref(object: &Value) -> Result<ObjectRef, Error> {
+    if object.pointer("/metadata/name").is_none()
+        && let Some(prefix) = object.pointer("/metadata/generateName").and_then(Value::as_str)
+    {
+        let mut named = object.clone();
+        named["metadata"]["name"] = prefix.into();
+        return object_ref(&named);
+    }
+    object_ref(object)
 }
 
 /// The reference of an object a plugin passed in, or `invalid` naming what is missing.
@@ -259,6 +318,43 @@ mod tests {
         g.create(obj).await.unwrap();
         assert!(g.get(&ObjectRef::new(&cm, Some("d"), "a")).await.is_ok());
         assert_eq!(g.denied_calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn events_pass_the_same_check_as_reading_what_they_describe() {
+        let cm = KindRef::new("v1", "ConfigMap");
+        let mut p = Permissions::default();
+        p.allow(&cm, &[Verb::Get]);
+        p.restrict_namespaces(["d".to_string()]);
+        let (g, mem) = gateway(p);
+        let mine = ObjectRef::new(&cm, Some("d"), "a");
+        g.record_event(&mine, EventType::Normal, "Synced", "ok").await;
+        // Outside its namespaces, of a kind it may not read, or with a host's reason: refused.
+        g.record_event(&ObjectRef::new(&cm, Some("wasmop-system"), "other-plugin"), EventType::Warning, "Synced", "x")
+            .await;
+        g.record_event(&ObjectRef::new(&KindRef::new("v1", "Secret"), Some("d"), "s"), EventType::Normal, "Seen", "x")
+            .await;
+        g.record_event(&mine, EventType::Warning, "PluginRejected", "forged").await;
+        let reasons: Vec<String> = mem.fake().events().into_iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["Synced"]);
+        assert_eq!(g.denied_calls(), 3);
+        // The host's own reports about the plugin's objects are not the plugin's to forge, but are the host's to write.
+        g.report(&mine, EventType::Warning, "ReconcileFailed", "boom").await;
+        assert_eq!(mem.fake().events().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_create_may_leave_the_name_to_generate_name() {
+        let cm = KindRef::new("v1", "ConfigMap");
+        let mut p = Permissions::default();
+        p.allow(&cm, &[Verb::Create]);
+        let (g, _) = gateway(p);
+        let obj =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "a-", "namespace": "d"}});
+        let made = g.create(obj).await.unwrap();
+        assert!(made["metadata"]["name"].as_str().unwrap().starts_with("a-"), "{made}");
+        let unnamed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "d"}});
+        assert_eq!(g.create(unnamed).await.unwrap_err(), Error::Invalid("object is missing metadata.name".into()));
     }
 
     #[tokio::test]

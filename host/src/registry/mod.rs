@@ -19,12 +19,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 use tokio::sync::broadcast;
-use wasmop_sdk::{Handler, KindRef, Manifest, Watch};
+use wasmop_sdk::{Handler, KindRef, Manifest, ObjectRef, Watch};
 
 /// One version of a plugin, as a source delivers it.
 #[derive(Clone, Debug)]
 pub struct PluginSpec {
     /// Unique among loaded plugins; the same bytes may be loaded under several names.
+    /// A name belongs to the place that first loaded it (see [`Registry::apply`]).
     pub name: String,
     pub bytes: Arc<[u8]>,
     /// The deployer's settings document (may be empty).
@@ -36,6 +37,9 @@ pub struct PluginSpec {
     pub limits: Limits,
     /// What the operator narrowed the plugin to (beyond its own manifest).
     pub narrowing: Narrowing,
+    /// The ServiceAccount the host acts as for this plugin (None: the host's own
+    /// identity, only with `--plugin-identity host`).
+    pub identity: Option<crate::gateway::Identity>,
 }
 
 /// An operator's narrowing of a plugin: its world is at most these namespaces and
@@ -53,6 +57,8 @@ pub struct LoadedPlugin {
     pub sha256: String,
     pub settings: String,
     pub origin: String,
+    /// The object it came from (a ConfigMap); None for a file.
+    pub origin_object: Option<ObjectRef>,
     pub manifest: Manifest,
     /// Admission handlers, served at `/<name>/<handler>` (empty for reconcile-only plugins).
     pub handlers: Vec<Handler>,
@@ -60,7 +66,47 @@ pub struct LoadedPlugin {
     pub compiled: Arc<Compiled>,
     pub limits: Limits,
     pub narrowing: Narrowing,
+    pub identity: Option<crate::gateway::Identity>,
     pub loaded_at: SystemTime,
+}
+
+impl LoadedPlugin {
+    fn place(&self) -> Place<'_> {
+        Place::of(&self.origin, self.origin_object.as_ref())
+    }
+}
+
+/// Where a plugin comes from, as far as owning its name goes: the object it came from
+/// (a ConfigMap, whichever key), or else the directory of its file (`dir:/plugins`).
+#[derive(Debug, PartialEq, Eq)]
+enum Place<'a> {
+    Object(&'a ObjectRef),
+    Dir(&'a str),
+}
+
+impl<'a> Place<'a> {
+    fn of(origin: &'a str, object: Option<&'a ObjectRef>) -> Self {
+        match object {
+            Some(o) => Place::Object(o),
+            None => Place::Dir(origin.rsplit_once('/').map_or(origin, |(dir, _)| dir)),
+        }
+    }
+}
+
+/// A name belongs to the place that loaded it: a version from elsewhere (another
+/// ConfigMap, in this namespace or another) is refused, not swapped in, so it cannot
+/// take over the plugin's narrowing, webhook paths or lifetime.
+fn claim(name: &str, held: &LoadedPlugin, from: Place<'_>) -> Result<(), LoadError> {
+    claim_from(name, &held.origin, held.place(), from)
+}
+
+fn claim_from(name: &str, held_origin: &str, held: Place<'_>, from: Place<'_>) -> Result<(), LoadError> {
+    if held == from {
+        return Ok(());
+    }
+    Err(LoadError::Conflict(format!(
+        "plugin name {name:?} is already loaded from {held_origin}; plugin names must be unique"
+    )))
 }
 
 /// The swappable current version of one plugin.
@@ -144,20 +190,30 @@ impl Registry {
     pub async fn apply(&self, spec: PluginSpec) -> Result<Arc<LoadedPlugin>, LoadError> {
         let digest: [u8; 32] = Sha256::digest(&spec.bytes).into();
         let sha256 = hex::encode(digest);
-        if let Some(cur) = self.get(&spec.name)
-            && cur.sha256 == sha256
-            && cur.settings == spec.settings
-            && cur.limits == spec.limits
-            && cur.narrowing == spec.narrowing
-        {
-            return Ok(cur);
+        if let Some(cur) = self.get(&spec.name) {
+            claim(&spec.name, &cur, Place::of(&spec.origin, spec.origin_object.as_ref()))?;
+            if cur.origin == spec.origin
+                && cur.sha256 == sha256
+                && cur.settings == spec.settings
+                && cur.limits == spec.limits
+                && cur.narrowing == spec.narrowing
+                && cur.identity == spec.identity
+            {
+                return Ok(cur);
+            }
         }
         let compiled = self.compile(digest, &spec.bytes).await?;
         let mut manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
         narrow(&mut manifest, &spec.narrowing)?;
         let handlers = self.runtime.handlers(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
         check_handlers(&handlers)?;
+        narrow_handlers(&handlers, &spec.narrowing)?;
         let mut permissions = Permissions::from_manifest(&manifest);
+        // The manifest's own namespaces bound its calls, not only its watches (they
+        // already lie inside any operator narrowing, see `narrow`).
+        if !manifest.namespaces.is_empty() {
+            permissions.restrict_namespaces(manifest.namespaces.iter().cloned());
+        }
         if let Some(ns) = &spec.narrowing.namespaces {
             permissions.restrict_namespaces(ns.iter().cloned());
         }
@@ -169,17 +225,23 @@ impl Registry {
             sha256,
             settings: spec.settings,
             origin: spec.origin,
+            origin_object: spec.origin_object,
             manifest,
             handlers,
             permissions: Arc::new(permissions),
             compiled,
             limits: spec.limits,
             narrowing: spec.narrowing.clone(),
+            identity: spec.identity.clone(),
             loaded_at: SystemTime::now(),
         });
 
         let event = {
             let mut plugins = self.plugins.lock().unwrap();
+            // Again under the lock: another version may have been admitted meanwhile.
+            if let Some(h) = plugins.get(&spec.name) {
+                claim(&spec.name, &h.load(), loaded.place())?;
+            }
             if let Some((other, _)) =
                 plugins.iter().find(|(n, h)| **n != spec.name && overlaps(&h.load().manifest, &loaded.manifest))
             {
@@ -194,7 +256,9 @@ impl Registry {
                     RegistryEvent::Upserted {
                         name: spec.name.clone(),
                         handle: h.clone(),
-                        watches_changed: watch_set(&old.manifest) != watch_set(&loaded.manifest),
+                        // Watches run as the plugin: a new identity needs new ones.
+                        watches_changed: watch_set(&old.manifest) != watch_set(&loaded.manifest)
+                            || old.identity != loaded.identity,
                     }
                 }
                 None => {
@@ -214,9 +278,26 @@ impl Registry {
         Ok(loaded)
     }
 
-    /// Stops serving `name`; true when it was loaded.
-    pub fn remove(&self, name: &str) -> bool {
-        let removed = self.plugins.lock().unwrap().remove(name).is_some();
+    /// Stops serving `name` when it was loaded from `origin` (`origin_object`): the same
+    /// place, as [`Registry::apply`] compares them; true when it was. A source removing
+    /// a plugin it did not load (its version was refused: the name was taken) leaves the
+    /// serving one alone.
+    pub fn remove(&self, name: &str, origin: &str, origin_object: Option<&ObjectRef>) -> bool {
+        let removed = {
+            let mut plugins = self.plugins.lock().unwrap();
+            let held = plugins.get(name).map(|h| h.load_full());
+            match held {
+                Some(p) if p.place() == Place::of(origin, origin_object) => plugins.remove(name).is_some(),
+                Some(p) => {
+                    tracing::info!(
+                        plugin = %name, origin = %origin, serving_from = %p.origin,
+                        "plugin not removed: the serving version was loaded from elsewhere"
+                    );
+                    false
+                }
+                None => false,
+            }
+        };
         if removed {
             METRICS.plugin_serving(name, None);
             tracing::info!(plugin = %name, "plugin removed");
@@ -274,8 +355,10 @@ impl Registry {
     }
 }
 
-/// Fits the manifest inside the operator's narrowing, or says why it cannot.
+/// Fits the manifest inside the operator's narrowing, or says why it cannot. Its
+/// namespaces end up sorted, each once, without empty names.
 fn narrow(m: &mut Manifest, n: &Narrowing) -> Result<(), LoadError> {
+    tidy(&mut m.namespaces);
     if let Some(kinds) = &n.kinds {
         let watched = std::iter::once(&m.primary).chain(&m.owns).chain(m.watches.iter().map(|w| &w.kind));
         if let Some(k) = watched.into_iter().find(|k| !kinds.contains(k)) {
@@ -294,8 +377,32 @@ fn narrow(m: &mut Manifest, n: &Narrowing) -> Result<(), LoadError> {
         } else {
             m.namespaces.iter().filter(|ns| allowed.contains(ns)).cloned().collect()
         };
+        tidy(&mut m.namespaces);
         if m.namespaces.is_empty() {
             return Err(LoadError::Narrowed("none of the plugin's namespaces is in its allowed namespaces".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Each namespace once, in order, without empty names: a duplicate would be watched
+/// twice (and the controller would wait for a sync that counts it once).
+fn tidy(namespaces: &mut Vec<String>) {
+    namespaces.retain(|n| !n.is_empty());
+    namespaces.sort();
+    namespaces.dedup();
+}
+
+/// An operator's narrowing of kinds binds admission handlers too: a handler may only
+/// serve kinds the plugin is allowed.
+fn narrow_handlers(handlers: &[Handler], n: &Narrowing) -> Result<(), LoadError> {
+    let Some(kinds) = &n.kinds else { return Ok(()) };
+    for h in handlers {
+        if let Some(k) = h.kinds.iter().find(|k| !kinds.iter().any(|a| same_kind(a, k))) {
+            return Err(LoadError::Narrowed(format!(
+                "admission handler {:?} serves {k}, which is not in its allowed kinds",
+                h.name
+            )));
         }
     }
     Ok(())
@@ -331,8 +438,20 @@ fn watch_set(m: &Manifest) -> (&KindRef, bool, &[String], &[KindRef], &[Watch]) 
 
 /// Two manifests reconcile the same primary kind in at least one common namespace.
 fn overlaps(a: &Manifest, b: &Manifest) -> bool {
-    a.primary == b.primary
+    same_kind(&a.primary, &b.primary)
         && (a.namespaces.is_empty() || b.namespaces.is_empty() || a.namespaces.iter().any(|n| b.namespaces.contains(n)))
+}
+
+/// The same resource: the same group and kind, whatever the version (a CRD serves
+/// one set of objects under each of its versions).
+fn same_kind(a: &KindRef, b: &KindRef) -> bool {
+    a.kind == b.kind && group(&a.api_version) == group(&b.api_version)
+}
+
+/// `apps/v1` → `apps`; `v1` (and `/v1`) → `` (the core group).
+fn group(api_version: &str) -> &str {
+    let v = api_version.strip_prefix('/').unwrap_or(api_version);
+    v.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
 #[cfg(test)]
@@ -365,5 +484,77 @@ mod tests {
         assert!(!overlaps(&a, &b));
         assert!(overlaps(&a, &Manifest::for_kind("c", "1", k).namespaces(["b", "a"])));
         assert!(!overlaps(&a, &Manifest::for_kind("d", "1", KindRef::new("v1", "ConfigMap"))));
+        // One resource under another version, or spelled with a leading '/', is the same.
+        let beta = Manifest::for_kind("e", "1", KindRef::new("cache.example.com/v1beta1", "Memcached"));
+        assert!(overlaps(&all, &beta), "a CRD's second served version");
+        let cm = |v: &str| Manifest::for_kind("f", "1", KindRef::new(v, "ConfigMap"));
+        assert!(overlaps(&cm("/v1"), &cm("v1")));
+        assert!(!overlaps(&cm("v1"), &cm("other.example.com/v1")), "same kind, another group");
+    }
+
+    #[test]
+    fn namespaces_are_watched_once_each() {
+        let k = KindRef::new("cache.example.com/v1alpha1", "Memcached");
+        let mut m = Manifest::for_kind("a", "1", k.clone()).namespaces(["b", "a", "b", ""]);
+        narrow(&mut m, &Narrowing::default()).unwrap();
+        assert_eq!(m.namespaces, ["a", "b"]);
+        let mut m = Manifest::for_kind("a", "1", k.clone());
+        let n = Narrowing { namespaces: Some(vec!["x".into(), "x".into(), "".into()]), kinds: None };
+        narrow(&mut m, &n).unwrap();
+        assert_eq!(m.namespaces, ["x"]);
+        // An empty name is no namespace: it does not survive narrowing as "all".
+        let mut m = Manifest::for_kind("a", "1", k);
+        let n = Narrowing { namespaces: Some(vec!["".into()]), kinds: None };
+        assert!(narrow(&mut m, &n).unwrap_err().to_string().contains("none of the plugin's namespaces"));
+    }
+
+    #[test]
+    fn narrowed_kinds_bind_admission_handlers() {
+        use wasmop_sdk::Operation;
+        let k = KindRef::new("cache.example.com/v1alpha1", "Memcached");
+        let pods = Handler::validating("pods", KindRef::new("v1", "Pod"), &[Operation::Create]);
+        let mine =
+            Handler::validating("mine", KindRef::new("cache.example.com/v1beta1", "Memcached"), &[Operation::Create]);
+        let n = Narrowing { namespaces: None, kinds: Some(vec![k]) };
+        assert!(narrow_handlers(&[pods.clone(), mine.clone()], &Narrowing::default()).is_ok(), "not narrowed");
+        assert!(narrow_handlers(std::slice::from_ref(&mine), &n).is_ok(), "another version of an allowed kind");
+        let e = narrow_handlers(&[mine, pods], &n).unwrap_err();
+        assert!(matches!(e, LoadError::Narrowed(_)));
+        assert_eq!(
+            e.to_string(),
+            "narrowed by the operator: admission handler \"pods\" serves v1/Pod, which is not in its allowed kinds"
+        );
+    }
+
+    #[test]
+    fn a_plugin_name_belongs_to_the_place_that_loaded_it() {
+        let cm = |ns: &str, name: &str| ObjectRef::new(&KindRef::new("v1", "ConfigMap"), Some(ns), name);
+        let (a, b, other_ns) = (cm("ns", "a"), cm("ns", "b"), cm("other", "a"));
+        let held = Place::of("configmap:ns/a#foo.wasm", Some(&a));
+        let claim = |origin, object| {
+            claim_from(
+                "foo",
+                "configmap:ns/a#foo.wasm",
+                Place::of("configmap:ns/a#foo.wasm", Some(&a)),
+                Place::of(origin, object),
+            )
+        };
+        let e = claim("configmap:ns/b#foo.wasm", Some(&b)).unwrap_err();
+        assert_eq!(e.kind(), "conflict");
+        assert_eq!(
+            e.to_string(),
+            "plugin name \"foo\" is already loaded from configmap:ns/a#foo.wasm; plugin names must be unique"
+        );
+        assert!(claim("configmap:other/a#foo.wasm", Some(&other_ns)).is_err(), "same name, another namespace");
+        assert!(claim("dir:/plugins/foo.wasm", None).is_err());
+        assert!(claim("configmap:ns/a#foo.wasm.gz", Some(&a)).is_ok(), "a new version from the same ConfigMap");
+        // What a source names when it removes: the object, without the key.
+        assert_eq!(Place::of("configmap:ns/a", Some(&a)), held);
+        assert_ne!(Place::of("configmap:ns/b", Some(&b)), held);
+        // Files: the directory is the place.
+        let file = Place::of("dir:/plugins/foo.wasm", None);
+        assert_eq!(Place::of("dir:/plugins/foo.wasm.gz", None), file);
+        assert_ne!(Place::of("dir:/other/foo.wasm", None), file);
+        assert!(claim_from("foo", "dir:/plugins/foo.wasm", file, Place::of("dir:/other/foo.wasm", None)).is_err());
     }
 }

@@ -182,16 +182,15 @@ impl HostState {
             && self.reported.insert(kind)
         {
             let msg = format!("plugin {} faulted ({kind}): {}", self.plugin, cut(detail, 512));
-            g.record_event(obj, gateway::EventType::Warning, "PluginFault", &msg).await;
+            g.report(obj, gateway::EventType::Warning, "PluginFault", &msg).await;
         }
     }
 
-    /// Reports a call the permission check refused (the gateway already logged and
-    /// counted it).
+    /// Reports a refused call: by the host's permission check (the gateway already
+    /// logged and counted it) or by the apiserver, whose message names the rule the
+    /// plugin's ServiceAccount lacks (user, verb, resource, namespace).
     async fn denied<T>(&mut self, r: Result<T, types::Error>) -> Result<T, types::Error> {
-        if let Err(types::Error::Forbidden(m)) = &r
-            && m.contains("plugin may not")
-        {
+        if let Err(types::Error::Forbidden(m)) = &r {
             let m = m.clone();
             self.fault("forbidden", &m).await;
         }

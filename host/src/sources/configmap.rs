@@ -5,7 +5,10 @@
 //! (`memcached.wasm.gz` → `memcached`); a `data` or `binaryData` key
 //! `NAME.settings.yaml` beside it is its settings. A change of bytes or of settings is
 //! a new version; a removed key or ConfigMap removes the plugin. Plugin names must be
-//! unique across the watched ConfigMaps.
+//! unique across the watched ConfigMaps: while one ConfigMap's plugin serves, a
+//! same-name plugin in another is refused (a `PluginRejected` Event on it), and removing
+//! it there leaves the serving one alone. It is not retried when the first goes away;
+//! a change to its ConfigMap loads it.
 
 use super::annotations::{self, Ceilings};
 use super::{PluginSource, SourceEvent};
@@ -22,6 +25,11 @@ use wasmop_sdk::{KindRef, ObjectRef};
 
 /// The label that marks a ConfigMap as carrying plugins.
 pub const PLUGIN_LABEL: &str = "wasmop.io/plugin";
+/// Names the ServiceAccount (in the ConfigMap's namespace) that the ConfigMap's plugins
+/// act as; by default each plugin acts as the ServiceAccount named after it. It picks an
+/// identity, it grants nothing: the cluster admin binds its RBAC and lets the host
+/// impersonate it (`wasmop rbac`).
+pub const SERVICE_ACCOUNT_ANNOTATION: &str = "wasmop.io/service-account";
 
 pub struct ConfigMapSource {
     client: kube::Client,
@@ -39,6 +47,16 @@ impl ConfigMapSource {
 
 /// (namespace, ConfigMap name) → plugin name → stamp (sha256 of bytes and settings).
 type Known = HashMap<(String, String), HashMap<String, [u8; 32]>>;
+
+fn configmap_ref(ns: &str, name: &str) -> ObjectRef {
+    ObjectRef::new(&KindRef::new("v1", "ConfigMap"), Some(ns), name)
+}
+
+/// `name` is gone from ConfigMap `id`; the registry removes it only if it came from there.
+fn remove_event(id: &(String, String), name: String) -> SourceEvent {
+    let (ns, cm) = id;
+    SourceEvent::Remove { name, origin: format!("configmap:{ns}/{cm}"), origin_object: Some(configmap_ref(ns, cm)) }
+}
 
 /// The plugins one ConfigMap carries, with their stamps and, when its annotations do
 /// not parse, why they must be refused.
@@ -78,14 +96,16 @@ fn plugins_of(cm: &ConfigMap, limits: &Limits, ceilings: &Ceilings) -> Vec<(Plug
             h.update([0]);
             h.update(v.as_bytes());
         }
+        let account = ann.get(SERVICE_ACCOUNT_ANNOTATION).map(String::as_str).unwrap_or(plugin);
         let spec = PluginSpec {
             name: plugin.to_owned(),
             bytes: value.0.clone().into(),
             settings,
             origin: format!("configmap:{ns}/{name}#{key}"),
-            origin_object: Some(ObjectRef::new(&KindRef::new("v1", "ConfigMap"), Some(&ns), &name)),
+            origin_object: Some(configmap_ref(&ns, &name)),
             limits: limits.clone(),
             narrowing: narrowing.clone(),
+            identity: Some(crate::gateway::Identity::new(&ns, account)),
         };
         out.push((spec, h.finalize().into(), problem.clone()));
     }
@@ -111,7 +131,7 @@ impl ConfigMapSource {
             }
         }
         for gone in before.keys().filter(|n| !now.contains_key(*n)) {
-            if tx.send(SourceEvent::Remove { name: gone.clone() }).await.is_err() {
+            if tx.send(remove_event(&id, gone.clone())).await.is_err() {
                 return false;
             }
         }
@@ -121,7 +141,7 @@ impl ConfigMapSource {
 
     async fn removed(id: (String, String), known: &mut Known, tx: &mpsc::Sender<SourceEvent>) -> bool {
         for name in known.remove(&id).unwrap_or_default().into_keys() {
-            if tx.send(SourceEvent::Remove { name }).await.is_err() {
+            if tx.send(remove_event(&id, name)).await.is_err() {
                 return false;
             }
         }
@@ -228,5 +248,42 @@ mod tests {
         cm.metadata.annotations = Some([("wasmop.io/memory-mib".to_string(), "lots".to_string())].into());
         let again = plugins_of(&cm, &Limits::default(), &ceilings);
         assert!(again[0].2.as_deref().unwrap().contains("wasmop.io/memory-mib"));
+    }
+
+    #[tokio::test]
+    async fn removals_name_the_configmap_they_come_from() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let ceilings = Ceilings {
+            deadline: std::time::Duration::from_secs(60),
+            memory_bytes: 1 << 30,
+            fuel: None,
+            max_instances: 4,
+        };
+        let src = ConfigMapSource::new(kube::Client::try_from(config).unwrap(), vec![], Limits::default(), ceilings);
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("b".into());
+        cm.metadata.namespace = Some("ops".into());
+        cm.binary_data =
+            Some([("foo.wasm".to_string(), ByteString(vec![1])), ("bar.wasm".to_string(), ByteString(vec![2]))].into());
+        let (tx, mut rx) = mpsc::channel(8);
+        let mut known = Known::new();
+        assert!(src.changed(&cm, &mut known, &tx).await);
+        for _ in 0..2 {
+            assert!(matches!(rx.recv().await.unwrap(), SourceEvent::Upsert(_)));
+        }
+        let b = ObjectRef::new(&KindRef::new("v1", "ConfigMap"), Some("ops"), "b");
+        let removal_of = |ev: SourceEvent| match ev {
+            SourceEvent::Remove { name, origin, origin_object } => (name, origin, origin_object),
+            _ => panic!("expected a removal"),
+        };
+        // A key removed: only the ConfigMap that had it may unload the plugin.
+        cm.binary_data.as_mut().unwrap().remove("foo.wasm");
+        assert!(src.changed(&cm, &mut known, &tx).await);
+        let (name, origin, object) = removal_of(rx.recv().await.unwrap());
+        assert_eq!((name.as_str(), origin.as_str(), object.as_ref()), ("foo", "configmap:ops/b", Some(&b)));
+        // The ConfigMap deleted.
+        assert!(ConfigMapSource::removed(("ops".into(), "b".into()), &mut known, &tx).await);
+        let (name, origin, object) = removal_of(rx.recv().await.unwrap());
+        assert_eq!((name.as_str(), origin.as_str(), object.as_ref()), ("bar", "configmap:ops/b", Some(&b)));
     }
 }

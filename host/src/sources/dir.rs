@@ -18,13 +18,21 @@ pub struct DirSource {
     dir: PathBuf,
     interval: Duration,
     limits: Limits,
+    /// Namespace of the plugins' ServiceAccounts (each is named after its plugin).
+    identities: Option<String>,
 }
 
 type Stamp = (u64, SystemTime, String);
 
 impl DirSource {
     pub fn new(dir: impl Into<PathBuf>, limits: Limits) -> Self {
-        DirSource { dir: dir.into(), interval: Duration::from_secs(1), limits }
+        DirSource { dir: dir.into(), interval: Duration::from_secs(1), limits, identities: None }
+    }
+
+    /// Each plugin acts as the ServiceAccount named after it in `namespace`.
+    pub fn identities_in(mut self, namespace: &str) -> Self {
+        self.identities = Some(namespace.to_owned());
+        self
     }
 
     /// One scan: every plugin with its stamp (size, mtime, settings).
@@ -61,6 +69,7 @@ impl DirSource {
             origin_object: None,
             limits: self.limits.clone(),
             narrowing: Default::default(),
+            identity: self.identities.as_deref().map(|ns| crate::gateway::Identity::new(ns, name)),
         })
     }
 }
@@ -80,13 +89,14 @@ fn read_settings(dir: &Path, name: &str) -> Result<String, SourceError> {
 #[async_trait::async_trait]
 impl PluginSource for DirSource {
     async fn run(self: Box<Self>, tx: mpsc::Sender<SourceEvent>) {
-        let mut known: HashMap<String, Stamp> = HashMap::new();
+        // Plugin name → the file it was loaded from, and its stamp.
+        let mut known: HashMap<String, (PathBuf, Stamp)> = HashMap::new();
         let mut first = true;
         loop {
             match self.scan() {
                 Ok(found) => {
                     for (name, (path, stamp)) in &found {
-                        if known.get(name) == Some(stamp) {
+                        if known.get(name).is_some_and(|(p, s)| p == path && s == stamp) {
                             continue;
                         }
                         match self.spec(name, path, &stamp.2) {
@@ -94,15 +104,16 @@ impl PluginSource for DirSource {
                                 if tx.send(SourceEvent::Upsert(Box::new(spec))).await.is_err() {
                                     return;
                                 }
-                                known.insert(name.clone(), stamp.clone());
+                                known.insert(name.clone(), (path.clone(), stamp.clone()));
                             }
                             Err(e) => tracing::warn!(source = "dir", "{e}"),
                         }
                     }
                     let gone: Vec<String> = known.keys().filter(|n| !found.contains_key(*n)).cloned().collect();
                     for name in gone {
-                        known.remove(&name);
-                        if tx.send(SourceEvent::Remove { name }).await.is_err() {
+                        let Some((path, _)) = known.remove(&name) else { continue };
+                        let origin = format!("dir:{}", path.display());
+                        if tx.send(SourceEvent::Remove { name, origin, origin_object: None }).await.is_err() {
                             return;
                         }
                     }
@@ -144,7 +155,12 @@ mod tests {
         assert_eq!(spec.settings, "namespace: y");
 
         std::fs::remove_file(dir.path().join("a.wasm")).unwrap();
-        assert!(matches!(rx.recv().await.unwrap(), SourceEvent::Remove { name } if name == "a"));
+        let SourceEvent::Remove { name, origin, origin_object } = rx.recv().await.unwrap() else {
+            panic!("expected remove")
+        };
+        assert_eq!(name, "a");
+        assert_eq!(origin, format!("dir:{}", dir.path().join("a.wasm").display()), "the file it was loaded from");
+        assert!(origin_object.is_none());
         task.abort();
     }
 }

@@ -1,45 +1,96 @@
 //! Feeds source events into the registry and reports what it refuses.
 
 use super::{SourceEvent, bytes};
-use crate::gateway::{Backend, EventType};
+use crate::gateway::{Backend, EventType, Identities};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
 use crate::registry::{PluginSpec, Registry};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// How often a version waiting for its ServiceAccount is tried again: the plugin starts
+/// soon after a cluster admin applies its RBAC, without anyone touching its ConfigMap.
+const IDENTITY_RETRY: Duration = Duration::from_secs(10);
 
 /// Applies every event to `registry` until the sources close. A rejected version is
 /// logged and, when it came from a cluster object, reported as a Warning Event
 /// `PluginRejected` on that object; the previous version keeps serving either way.
+///
+/// With [`Identities::ServiceAccounts`], a version is admitted only once the host may
+/// act as its ServiceAccount (see [`crate::gateway::verify_identity`]); until then it
+/// waits, reported once and tried again every [`IDENTITY_RETRY`]. With
+/// [`Identities::Host`], plugins act as the host.
 pub async fn drive(
     registry: Arc<Registry>,
     mut rx: mpsc::Receiver<SourceEvent>,
     events: Option<Arc<dyn Backend>>,
+    identities: Identities,
     health: Arc<Health>,
 ) {
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            SourceEvent::Upsert(mut spec) => {
-                let result = match bytes::decode(&spec.bytes) {
-                    Ok(decoded) => {
-                        spec.bytes = decoded.into();
-                        registry.apply((*spec).clone()).await.map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
+    let mut waiting: Vec<Box<PluginSpec>> = Vec::new();
+    let mut retry = tokio::time::interval_at(tokio::time::Instant::now() + IDENTITY_RETRY, IDENTITY_RETRY);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(ev) => ev,
+                None => break,
+            },
+            _ = retry.tick(), if !waiting.is_empty() => {
+                for spec in std::mem::take(&mut waiting) {
+                    match admit(&registry, &spec, &identities).await {
+                        Ok(()) => {}
+                        Err(("identity", _)) => waiting.push(spec),
+                        Err((kind, reason)) => report(&registry, &spec, kind, &reason, events.as_deref()).await,
                     }
-                    Err(e) => Err(("decode", e.to_string())),
-                };
-                if let Err((kind, reason)) = result {
+                }
+                continue;
+            }
+        };
+        match ev {
+            SourceEvent::Upsert(spec) => {
+                // A newer version replaces one still waiting.
+                waiting.retain(|w| w.name != spec.name || w.origin != spec.origin);
+                if let Err((kind, reason)) = admit(&registry, &spec, &identities).await {
                     report(&registry, &spec, kind, &reason, events.as_deref()).await;
+                    if kind == "identity" {
+                        waiting.push(spec);
+                    }
                 }
             }
             SourceEvent::Reject { spec, kind, reason } => {
                 report(&registry, &spec, kind, &reason, events.as_deref()).await
             }
-            SourceEvent::Remove { name } => {
-                registry.remove(&name);
+            SourceEvent::Remove { name, origin, origin_object } => {
+                waiting.retain(|w| {
+                    let same_place = match &origin_object {
+                        Some(o) => w.origin_object.as_ref() == Some(o),
+                        None => w.origin == origin,
+                    };
+                    w.name != name || !same_place
+                });
+                registry.remove(&name, &origin, origin_object.as_ref());
             }
             SourceEvent::Synced => health.source_synced(),
         }
     }
+}
+
+/// Checks the version's identity, decodes its bytes and applies it: Err(kind, reason).
+async fn admit(registry: &Registry, spec: &PluginSpec, identities: &Identities) -> Result<(), (&'static str, String)> {
+    let mut spec = spec.clone();
+    match (identities, &spec.identity) {
+        (Identities::Host, _) => spec.identity = None,
+        (Identities::ServiceAccounts(kube), Some(id)) => {
+            crate::gateway::verify_identity(kube.client(), id).await.map_err(|e| ("identity", e))?
+        }
+        (Identities::ServiceAccounts(_), None) => {
+            return Err(("identity", "the plugin has no ServiceAccount to act as".to_owned()));
+        }
+    }
+    spec.bytes = bytes::decode(&spec.bytes).map_err(|e| ("decode", e.to_string()))?.into();
+    registry.apply(spec).await.map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
 }
 
 async fn report(registry: &Registry, spec: &PluginSpec, kind: &str, reason: &str, events: Option<&dyn Backend>) {

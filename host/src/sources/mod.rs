@@ -25,8 +25,10 @@ pub enum SourceEvent {
     /// A version the source already knows to refuse (e.g. a bad annotation): reported
     /// like a version the registry refused, and the previous version keeps serving.
     Reject { spec: Box<PluginSpec>, kind: &'static str, reason: String },
-    /// The plugin is gone from the source.
-    Remove { name: String },
+    /// The plugin is gone from the source. `origin` and `origin_object` say where it
+    /// was, as in [`PluginSpec`] (a ConfigMap's key may be left out): the registry only
+    /// removes a plugin that was loaded from there, not a same-name one from elsewhere.
+    Remove { name: String, origin: String, origin_object: Option<wasmop_sdk::ObjectRef> },
     /// The source finished its first pass: every plugin it had at start was sent.
     Synced,
 }

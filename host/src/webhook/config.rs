@@ -28,6 +28,9 @@ pub struct Options {
     /// Namespaces never sent to the webhooks. Why kube-system and the host's own: a
     /// Pod webhook with `failurePolicy: Fail` must not block the host from starting.
     pub exclude_namespaces: Vec<String>,
+    /// The plugin's narrowing (`wasmop.io/allowed-namespaces`): only these namespaces
+    /// are sent, so the apiserver does not ask for reviews the host would refuse.
+    pub only_namespaces: Option<Vec<String>>,
     /// `Fail` (default: an unreachable host rejects, never silently skips policy) or `Ignore`.
     pub failure_policy: String,
     /// Why 10 s: the apiserver's maximum is 30; the host denies at its own 8 s deadline first.
@@ -94,10 +97,17 @@ pub fn configurations(o: &Options, plugins: &[(String, Vec<Handler>)]) -> Vec<Va
                     "timeoutSeconds": o.timeout_seconds,
                     "matchPolicy": "Equivalent",
                 });
+                let mut selector = Vec::new();
                 if !o.exclude_namespaces.is_empty() {
-                    w["namespaceSelector"] = json!({ "matchExpressions": [{
+                    selector.push(json!({
                         "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": o.exclude_namespaces,
-                    }] });
+                    }));
+                }
+                if let Some(only) = &o.only_namespaces {
+                    selector.push(json!({ "key": "kubernetes.io/metadata.name", "operator": "In", "values": only }));
+                }
+                if !selector.is_empty() {
+                    w["namespaceSelector"] = json!({ "matchExpressions": selector });
                 }
                 if mutating {
                     // Another mutating webhook may add containers after us; run again then.
@@ -138,6 +148,7 @@ mod tests {
             endpoint: Endpoint::Service { namespace: "wasmop-system".into(), name: "wasmop".into(), port: 443 },
             ca_bundle: None,
             exclude_namespaces: vec!["kube-system".into()],
+            only_namespaces: Some(vec!["team-a".into()]),
             failure_policy: "Fail".into(),
             timeout_seconds: 10,
         };
@@ -156,5 +167,8 @@ mod tests {
         assert_eq!(w["rules"][0]["resources"][0], "pods");
         assert_eq!(c[1]["webhooks"][0]["rules"][0]["apiGroups"][0], "apps.kruise.io");
         assert!(c[1]["webhooks"][0].get("reinvocationPolicy").is_none());
+        let exprs = &w["namespaceSelector"]["matchExpressions"];
+        assert_eq!(exprs[0]["operator"], "NotIn");
+        assert_eq!(exprs[1], json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}));
     }
 }

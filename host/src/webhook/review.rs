@@ -6,14 +6,14 @@
 //! denial whose message names the plugin and the cause. Whether the apiserver then
 //! admits the object is the webhook configuration's `failurePolicy`, not ours.
 
-use crate::gateway::{Backend, Gateway};
+use crate::gateway::{Backend, Gateway, Reach};
 use crate::metrics::{METRICS, labels};
 use crate::registry::Registry;
 use base64::Engine as _;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmop_sdk::AdmissionResponse;
+use wasmop_sdk::{AdmissionResponse, Handler, Operation};
 
 /// Answers reviews for every loaded plugin's handlers.
 pub struct Reviewer {
@@ -49,8 +49,8 @@ impl Reviewer {
         let request = envelope.request.ok_or("the body has no AdmissionReview request")?;
         let head: Head<'_> = serde_json::from_str(request.get())
             .map_err(|e| format!("the AdmissionReview request is not an object: {e}"))?;
-        let uid = head.uid.ok_or("the AdmissionReview request has no uid")?;
-        let (response, outcome) = self.answer(plugin, handler, request.get()).await;
+        let uid = head.uid.clone().ok_or("the AdmissionReview request has no uid")?;
+        let (response, outcome) = self.answer(plugin, handler, &head, request.get()).await;
         let result = match outcome {
             Outcome::Allowed => "allowed",
             Outcome::Denied => "denied",
@@ -65,7 +65,7 @@ impl Reviewer {
         Ok(json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response }))
     }
 
-    async fn answer(&self, plugin: &str, handler: &str, request: &str) -> (Value, Outcome) {
+    async fn answer(&self, plugin: &str, handler: &str, head: &Head<'_>, request: &str) -> (Value, Outcome) {
         let fail = |msg: String| {
             let msg = crate::gateway::truncate(&msg, 4096);
             tracing::warn!(plugin, handler, "admission denied by the host: {msg}");
@@ -77,8 +77,18 @@ impl Reviewer {
         let Some(h) = loaded.handlers.iter().find(|h| h.name == handler) else {
             return fail(format!("plugin {plugin:?} serves no admission handler {handler:?}"));
         };
-        let gateway =
-            Gateway::new(plugin, loaded.permissions.clone(), self.backend.clone()).with_cache(self.caches.get(plugin));
+        // Before any plugin code runs: the review must be one this handler serves, in
+        // the plugin's world (the same authority check as its calls).
+        if let Err(e) = in_scope(h, head).and_then(|(group, kind, reach)| {
+            loaded.permissions.check_review(group, kind, reach).map_err(|e| e.message().to_owned())
+        }) {
+            return fail(format!("plugin {plugin:?} handler {handler:?} does not serve this review: {e}"));
+        }
+        let backend = match self.backend.clone().acting_as(loaded.identity.as_ref()) {
+            Ok(b) => b,
+            Err(e) => return fail(format!("cannot act as plugin {plugin:?}: {e}")),
+        };
+        let gateway = Gateway::new(plugin, loaded.permissions.clone(), backend).with_cache(self.caches.get(plugin));
         let limits =
             crate::runtime::Limits { deadline: self.deadline.min(loaded.limits.deadline), ..loaded.limits.clone() };
         let rt = self.registry.runtime();
@@ -109,6 +119,40 @@ struct Envelope<'a> {
 struct Head<'a> {
     #[serde(borrow)]
     uid: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    kind: Option<ReviewKind<'a>>,
+    operation: Option<Operation>,
+    #[serde(borrow, default)]
+    namespace: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReviewKind<'a> {
+    #[serde(borrow, default)]
+    group: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
+}
+
+/// The review's (group, kind, where) when `h` serves its kind and operation; else why not.
+/// Kinds compare by group and kind: the apiserver may send a version the handler did
+/// not name (`matchPolicy: Equivalent`).
+fn in_scope<'h>(h: &Handler, head: &'h Head<'_>) -> Result<(&'h str, &'h str, Reach<'h>), String> {
+    let kind = head.kind.as_ref().ok_or("the request names no kind")?;
+    let (group, name) = (kind.group.as_ref(), kind.kind.as_ref());
+    if !h.kinds.iter().any(|k| k.group() == group && k.kind == name) {
+        let served: Vec<String> = h.kinds.iter().map(ToString::to_string).collect();
+        return Err(format!("it serves {}, not {group}/{name}", served.join(", ")));
+    }
+    let op = head.operation.ok_or("the request names no operation")?;
+    if !h.operations.contains(&op) {
+        return Err(format!("it serves {:?}, not {op:?}", h.operations));
+    }
+    let reach = match head.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => Reach::Namespace(ns),
+        _ => Reach::Cluster,
+    };
+    Ok((group, name, reach))
 }
 
 /// The request's object, read only to diff a returned whole object against.
@@ -254,6 +298,31 @@ mod tests {
         assert!(finish(&req, &same, true).unwrap().get("patch").is_none());
         let changed = serde_json::to_string(&AdmissionResponse::mutate(json!({ "a": 2 }))).unwrap();
         assert!(finish(&req, &changed, false).unwrap_err().contains("validating handler"));
+    }
+
+    #[test]
+    fn a_review_must_be_of_a_kind_and_operation_its_handler_serves() {
+        let h = Handler::mutating("inject-pod", wasmop_sdk::KindRef::new("v1", "Pod"), &[Operation::Create]);
+        let head =
+            |r: Value| -> Head<'static> { serde_json::from_str(Box::leak(r.to_string().into_boxed_str())).unwrap() };
+        let pod = head(
+            json!({"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE", "namespace": "a"}),
+        );
+        assert_eq!(in_scope(&h, &pod).unwrap(), ("", "Pod", Reach::Namespace("a")));
+        let secret =
+            head(json!({"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Secret"}, "operation": "CREATE"}));
+        assert!(in_scope(&h, &secret).unwrap_err().contains("not /Secret"));
+        let update =
+            head(json!({"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "UPDATE"}));
+        assert!(in_scope(&h, &update).unwrap_err().contains("not Update"));
+        let kindless = head(json!({"uid": "1", "operation": "CREATE"}));
+        assert!(in_scope(&h, &kindless).is_err());
+        // A cluster-scoped object lies in no namespace.
+        let h = Handler::validating("ns", wasmop_sdk::KindRef::new("v1", "Namespace"), &[Operation::Create]);
+        let ns = head(
+            json!({"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Namespace"}, "operation": "CREATE", "namespace": ""}),
+        );
+        assert_eq!(in_scope(&h, &ns).unwrap().2, Reach::Cluster);
     }
 
     #[test]

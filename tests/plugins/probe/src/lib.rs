@@ -8,12 +8,14 @@
 //! the answer on the ServiceAccount as `probe/forbidden`, `conflict` writes its
 //! ServiceAccount with a resourceVersion long gone and returns the `conflict`. Every
 //! reconcile logs `probe reconcile` with the name and mode, which the e2e tests read
-//! from the host log.
+//! from the host log. `attack` makes one call the ConfigMap names (see [`attack`]).
 //!
 //! It also serves a validating webhook `check` for ConfigMaps: `data.admission` =
 //! `deny` denies, `panic` traps, `loop` spins until the host's deadline; anything else
 //! is allowed. The e2e tests use it to prove that a faulty handler yields a clear
 //! denial and that the host keeps serving.
+
+mod attack;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -30,10 +32,16 @@ const BUILD: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
 impl Reconciler for Probe {
     fn manifest(settings: &str) -> Result<Manifest, String> {
         let ns = setting(settings, "namespace").ok_or("settings need `namespace: NAME`")?;
-        let mut m = Manifest::new::<ConfigMap>("probe", "1.0.0")
+        let m = Manifest::new::<ConfigMap>("probe", "1.0.0")
             .namespaces([ns])
             .owns::<ServiceAccount>()
             .allow::<ServiceAccount>(&[Verb::Create, Verb::Update]);
+        let mut m = attack::declare(m, settings)?;
+        // `own: API_VERSION/KIND`: a second owned kind (a controller owning two kinds
+        // must still become ready).
+        if let Some((api_version, kind)) = setting(settings, "own").and_then(|w| w.rsplit_once('/')) {
+            m.owns.push(wasmop_sdk::KindRef::new(api_version, kind));
+        }
         // `watch: API_VERSION/KIND`: an extra watched kind (the readiness test names one
         // whose CRD does not exist yet).
         if let Some((api_version, kind)) = setting(settings, "watch").and_then(|w| w.rsplit_once('/')) {
@@ -82,6 +90,9 @@ impl Reconciler for Probe {
                 Err(e) => e.code().to_owned(),
             };
             annotations.insert("probe/forbidden".to_owned(), outcome);
+        }
+        if mode == "attack" {
+            annotations.insert("probe/attack".to_owned(), attack::attack(ctx, &data));
         }
 
         let ns = cm.metadata.namespace.as_deref();
