@@ -218,6 +218,8 @@ fn a_second_plugin_for_the_same_kind_is_refused_with_an_event() -> Result<()> {
         .replace("name: plugins", "name: plugins-two")
         .replace("probe.wasm:", "probe-copy.wasm:")
         .replace("probe.settings.yaml:", "probe-copy.settings.yaml:");
+    // Approved by the admin too: what refuses it is the overlap, not its identity.
+    grant(&plugin_path("probe.wasm"), "probe-copy", &format!("namespace: {}\n", ns.0), &ns.0)?;
     apply_server_side(&two).map_err(|e| anyhow!(e))?;
     let msg = eventually("a PluginRejected Event on the second ConfigMap", Duration::from_secs(30), || {
         let out = kubectl(&["-n", &ns.0, "describe", "configmap", "plugins-two"]).map_err(|e| anyhow!(e))?;

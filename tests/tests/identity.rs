@@ -146,8 +146,8 @@ fn what_a_manifest_declares_but_the_admin_did_not_grant_the_apiserver_refuses() 
     let secrets = requests(&log, &plugin, "secrets");
     assert!(!secrets.is_empty(), "the Secret read reached the apiserver as the plugin");
     assert!(secrets.iter().all(|e| code(e) == 403), "{secrets:?}");
-    let leases = requests(&log, &plugin, "leases");
-    assert!(!leases.is_empty() && leases.iter().all(|e| code(e) == 403), "{leases:?}");
+    // (The local control plane's audit policy leaves Leases out, as noise: the Lease
+    // is shown untouched above instead.)
     let host_secrets: Vec<&Value> = log
         .iter()
         .filter(|e| e["objectRef"]["resource"] == "secrets" && e["objectRef"]["namespace"] == ns.0.as_str())
