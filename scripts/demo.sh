@@ -55,6 +55,20 @@ show kubectl get memcached memcached-sample
 show kubectl get deployment,pods -l app.kubernetes.io/instance=memcached-sample
 show kubectl get memcached memcached-sample -o jsonpath='{.status.nodes}{"\n"}'
 
+say "Every request for the plugin was made as its own ServiceAccount (the apiserver's audit log, by verb)"
+python3 - "$state/audit.log" <<'PY'
+import collections, json, sys
+me = "system:serviceaccount:wasmop-system:memcached"
+seen = collections.Counter()
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("impersonatedUser", {}).get("username") == me and "objectRef" in e:
+        seen[(e["user"]["username"], e["verb"], e["objectRef"]["resource"])] += 1
+print(f"{'made by':<8} {'acting as':<46} {'verb':<7} {'resource':<12} count")
+for (by, verb, res), n in sorted(seen.items()):
+    print(f"{by:<8} {me:<46} {verb:<7} {res:<12} {n}")
+PY
+
 say "Scaling to 1"
 show kubectl patch memcached memcached-sample --type merge -p '{"spec":{"size":1}}'
 wait_ready 1

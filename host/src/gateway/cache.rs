@@ -6,6 +6,14 @@
 //! leadership); a [`super::Gateway`] built with [`Caches::get`] answers `get` and
 //! `list` of that kind from memory when it can, and asks the apiserver otherwise.
 //!
+//! Identity: a cache is one plugin's, filled by that plugin's own watches, which the
+//! host makes impersonating the plugin's ServiceAccount; no cache is shared between
+//! plugins. So a cached read can only answer what the plugin's identity could list
+//! itself, and the gateway's check runs before the cache is asked. Why not one cache
+//! per kind shared by plugins (fewer watches): it would have to re-check every read
+//! against each plugin's RBAC, which the host cannot see; per-plugin watches let the
+//! apiserver decide, at the cost of a watch per plugin and kind.
+//!
 //! Caveat: cached reads may lag the plugin's own writes by one watch event (no
 //! read-your-writes), exactly as in controller-runtime; updates still carry
 //! resourceVersion, so a stale read ends in a `conflict`, never in a lost write.
