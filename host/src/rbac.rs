@@ -109,12 +109,20 @@ pub fn plugin_rbac(plugin: &str, manifest: &Manifest, account: &Identity, host: 
     // The plugin's Events, and the host's reports about its objects, are written as it.
     rules.push(json!({"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}));
 
-    let name = format!("wasmop-plugin:{plugin}");
+    // Cluster-wide names carry the account's namespace: the same plugin name approved in
+    // two namespaces must not rebind one ClusterRole.
+    let name = if limited {
+        format!("wasmop-plugin:{plugin}")
+    } else {
+        format!("wasmop-plugin:{}:{plugin}", account.namespace)
+    };
     let subject = json!([{"kind": "ServiceAccount", "name": account.name, "namespace": account.namespace}]);
     let mut docs = vec![json!({
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": {"name": account.name, "namespace": account.namespace},
+        // The approval itself: the host acts as this ServiceAccount only for this plugin.
+        "metadata": {"name": account.name, "namespace": account.namespace,
+                     "annotations": {crate::gateway::APPROVED_PLUGIN: plugin}},
     })];
     if limited {
         for ns in namespaces {
@@ -250,9 +258,16 @@ mod tests {
         let r = generate(&memcached());
         let kinds: Vec<_> = r.docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]);
-        assert_eq!(r.docs[0]["metadata"], json!({"name": "memcached", "namespace": "wasmop-system"}));
+        assert_eq!(
+            r.docs[0]["metadata"],
+            json!({"name": "memcached", "namespace": "wasmop-system", "annotations": {"wasmop.io/plugin": "memcached"}}),
+            "the ServiceAccount says which plugin it was approved for"
+        );
         let cr = of_kind(&r, "ClusterRole")[0];
-        assert_eq!(cr["metadata"]["name"], "wasmop-plugin:memcached");
+        assert_eq!(
+            cr["metadata"]["name"], "wasmop-plugin:wasmop-system:memcached",
+            "cluster-wide names carry the namespace"
+        );
         assert_eq!(granted(cr), memcached_grants());
         assert_eq!(
             cr["rules"][0],
@@ -260,7 +275,8 @@ mod tests {
             "sorted by group, verbs in the usual order"
         );
         let crb = of_kind(&r, "ClusterRoleBinding")[0];
-        let role_ref = json!({"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "wasmop-plugin:memcached"});
+        let role_ref =
+            json!({"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "wasmop-plugin:wasmop-system:memcached"});
         assert_eq!(crb["roleRef"], role_ref);
         let sa = json!({"kind": "ServiceAccount", "name": "memcached", "namespace": "wasmop-system"});
         assert_eq!(crb["subjects"], json!([sa]));

@@ -98,6 +98,31 @@ fn a_plugin_runs_only_as_its_own_service_account_once_an_admin_grants_it() -> Re
 
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
+fn a_configmap_cannot_point_a_plugin_at_another_service_account() -> Result<()> {
+    let ns = Namespace::new("id-borrow");
+    let settings = format!("namespace: {}\n", ns.0);
+    let probe = plugin_path("probe.wasm");
+    // The admin approved `trusted`, with more rights than the probe ever asked for.
+    let trusted = format!("{settings}allow: v1/Secret=get\n");
+    grant(&probe, "trusted", &trusted, &ns.0)?;
+    let _host = Host::start(&[], &["--plugins-configmaps", "--plugins-namespace", &ns.0])?;
+    // A ConfigMap author points plugin `intruder` at it, and plugin `bare` at the
+    // namespace's `default` ServiceAccount (which the host may impersonate here: it runs
+    // as the cluster admin).
+    for (plugin, account) in [("intruder", "trusted"), ("bare", "default")] {
+        let ann = format!("wasmop.io/service-account={account}");
+        apply_server_side(&pack_plugin(&probe, plugin, plugin, &ns.0, &trusted, &[&ann])?).map_err(|e| anyhow!(e))?;
+        expect_warning(&ns.0, plugin, "PluginRejected", &format!("is not approved for plugin {plugin}"))?;
+    }
+    let log = audit_log();
+    for account in ["trusted", "default"] {
+        assert!(audit_as(&log, &user(&ns.0, account)).is_empty(), "a request was made as {account}");
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
 fn what_a_manifest_declares_but_the_admin_did_not_grant_the_apiserver_refuses() -> Result<()> {
     let ns = Namespace::new("id-wall");
     let base = format!("namespace: {}\n", ns.0);

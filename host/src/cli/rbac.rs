@@ -47,6 +47,9 @@ pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     };
     let account = Identity::new(&args.namespace, args.service_account.as_deref().unwrap_or(&name));
     let host = Identity::new(host_ns, host_name);
+    if account == host {
+        bail!("{account} is the host's own: a plugin never acts as the host (pick another --service-account)");
+    }
 
     let (rt, compiled, _) = super::load(&args.plugin).await?;
     let settings = super::read_settings(args.settings.as_deref())?;

@@ -105,6 +105,7 @@ async fn run(
     let cache: Cache = Arc::default();
     let published = Arc::new(PrimaryCache::new(
         manifest.primary.clone(),
+        identity.clone(),
         (manifest.namespaced && !manifest.namespaces.is_empty()).then(|| manifest.namespaces.clone()),
         cache.clone(),
     ));
@@ -138,7 +139,18 @@ async fn run(
             }
             item = events.next() => match item {
                 None => break,
-                Some((_, Err(e))) => tracing::debug!(plugin = %name, "watch error (retrying): {e}"),
+                Some((source, Err(e))) => {
+                    if refused(&e) {
+                        // Its RBAC no longer allows the watch (revoked, or narrowed by the
+                        // admin): its cache must not answer for it any more.
+                        tracing::warn!(plugin = %name, "watch refused by the apiserver, withdrawing its cache: {e}");
+                        shared.caches.withdraw(&name, &published);
+                        synced.remove(&source);
+                        shared.health.controller(&name, false);
+                    } else {
+                        tracing::debug!(plugin = %name, "watch error (retrying): {e}");
+                    }
+                }
                 Some((source, Ok(ev))) => {
                     let done = matches!(ev, watcher::Event::InitDone);
                     on_event(&manifest, source.clone(), ev, &cache, &queue, &mut relisting);
@@ -157,6 +169,19 @@ async fn run(
     }
     shared.health.controller_stopped(&name);
     tracing::info!(plugin = %name, "controller stopped");
+}
+
+/// A watch error that is the apiserver refusing the plugin's identity.
+fn refused(e: &watcher::Error) -> bool {
+    use watcher::Error::*;
+    let api = match e {
+        InitialListFailed(kube::Error::Api(s))
+        | WatchStartFailed(kube::Error::Api(s))
+        | WatchFailed(kube::Error::Api(s)) => Some(s.code),
+        WatchError(s) => Some(s.code),
+        _ => None,
+    };
+    matches!(api, Some(401 | 403))
 }
 
 struct Withdraw(Arc<Caches>, String, Arc<PrimaryCache>);
@@ -277,7 +302,7 @@ impl Worker {
             }
         };
         let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
-            .with_cache(self.shared.caches.get(&plugin.name));
+            .with_cache(self.shared.caches.get(&plugin.name, plugin.identity.as_ref()));
         let started = Instant::now();
         let result = self
             .shared

@@ -30,6 +30,8 @@ pub type ObjectCache = Arc<Mutex<HashMap<ObjectRef, Arc<Value>>>>;
 /// One plugin's synced primaries.
 pub struct PrimaryCache {
     pub kind: KindRef,
+    /// Whom the watches that fill it acted as: it serves only a plugin acting as the same.
+    pub identity: Option<super::Identity>,
     /// None: all namespaces (or a cluster-scoped kind).
     pub namespaces: Option<Vec<String>>,
     pub objects: ObjectCache,
@@ -45,8 +47,13 @@ struct ListText {
 }
 
 impl PrimaryCache {
-    pub fn new(kind: KindRef, namespaces: Option<Vec<String>>, objects: ObjectCache) -> Self {
-        PrimaryCache { kind, namespaces, objects, text: Mutex::default() }
+    pub fn new(
+        kind: KindRef,
+        identity: Option<super::Identity>,
+        namespaces: Option<Vec<String>>,
+        objects: ObjectCache,
+    ) -> Self {
+        PrimaryCache { kind, identity, namespaces, objects, text: Mutex::default() }
     }
 
     fn covers(&self, namespace: Option<&str>) -> bool {
@@ -143,8 +150,10 @@ impl Caches {
         }
     }
 
-    pub fn get(&self, plugin: &str) -> Option<Arc<PrimaryCache>> {
-        self.0.read().unwrap().get(plugin).cloned()
+    /// `plugin`'s cache, if it was filled acting as `identity`: after a plugin's
+    /// identity changed, its old controller's cache (still draining) serves nobody.
+    pub fn get(&self, plugin: &str, identity: Option<&super::Identity>) -> Option<Arc<PrimaryCache>> {
+        self.0.read().unwrap().get(plugin).filter(|c| c.identity.as_ref() == identity).cloned()
     }
 }
 
@@ -162,7 +171,7 @@ mod tests {
             .lock()
             .unwrap()
             .insert(a.clone(), Arc::new(json!({"metadata": {"name": "x", "uid": "u-1", "labels": {"k": "v"}}})));
-        let c = PrimaryCache::new(kind.clone(), Some(vec!["a".into()]), objects.clone());
+        let c = PrimaryCache::new(kind.clone(), None, Some(vec!["a".into()]), objects.clone());
         assert!(c.get(&a).unwrap().is_ok());
         assert!(matches!(c.get(&ObjectRef::new(&kind, Some("a"), "y")), Some(Err(Error::NotFound(_)))));
         assert!(c.get(&ObjectRef::new(&kind, Some("b"), "x")).is_none(), "namespace not watched: ask the apiserver");

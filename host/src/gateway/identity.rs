@@ -46,20 +46,34 @@ pub enum Identities {
     Host,
 }
 
-/// Whether the host can act as `id`: the ServiceAccount exists and the host may
-/// impersonate it (asked of the apiserver with a SelfSubjectAccessReview, so no
-/// request is made as the plugin before the admin allowed it). Err: what the cluster
-/// admin must do, for the `PluginRejected` Event.
-pub async fn verify(host: &kube::Client, id: &Identity) -> Result<(), String> {
+/// The annotation on a ServiceAccount naming the plugin it was approved for
+/// (`wasmop rbac` writes it). Without it a ConfigMap author could point a plugin at
+/// any ServiceAccount the host may impersonate: another plugin's, or one with more
+/// rights than this plugin was approved for.
+pub const APPROVED_PLUGIN: &str = "wasmop.io/plugin";
+
+/// Whether the host can act as `id` for `plugin`: the ServiceAccount exists, was
+/// approved for this plugin ([`APPROVED_PLUGIN`]), and the host may impersonate it
+/// (asked of the apiserver with a SelfSubjectAccessReview, so no request is made as
+/// the plugin before the admin allowed it). Err: what the cluster admin must do, for
+/// the `PluginRejected` Event.
+pub async fn verify(host: &kube::Client, plugin: &str, id: &Identity) -> Result<(), String> {
     let fix = format!(
         "a cluster admin grants it with `wasmop rbac PLUGIN.wasm --namespace {} --service-account {}` (review, then kubectl apply)",
         id.namespace, id.name
     );
     let accounts: Api<ServiceAccount> = Api::namespaced(host.clone(), &id.namespace);
-    match accounts.get_opt(&id.name).await {
-        Ok(Some(_)) => {}
+    let account = match accounts.get_opt(&id.name).await {
+        Ok(Some(a)) => a,
         Ok(None) => return Err(format!("the plugin acts as {id}, which does not exist; {fix}")),
         Err(e) => return Err(format!("cannot read {id}, which the plugin acts as: {e}")),
+    };
+    let approved = account.metadata.annotations.as_ref().and_then(|a| a.get(APPROVED_PLUGIN));
+    if approved.map(String::as_str) != Some(plugin) {
+        return Err(format!(
+            "{id} is not approved for plugin {plugin} (its annotation {APPROVED_PLUGIN} is {}); {fix}",
+            approved.map_or("missing".to_owned(), |a| format!("{a:?}"))
+        ));
     }
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {

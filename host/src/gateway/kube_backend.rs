@@ -51,8 +51,11 @@ impl KubeBackend {
         if let Some(id) = &identity {
             effective.auth_info.impersonate = Some(id.user());
             // The apiserver adds the ServiceAccount's own groups to an impersonated
-            // ServiceAccount user when no group is given, as it would for its token.
+            // ServiceAccount user when no group is given, as it would for its token;
+            // nothing of the host's own kubeconfig impersonation carries over.
             effective.auth_info.impersonate_groups = None;
+            effective.auth_info.impersonate_uid = None;
+            effective.auth_info.impersonate_user_extra = None;
         }
         let client = kube::Client::try_from(effective)?;
         Ok(KubeBackend {
@@ -150,6 +153,10 @@ impl Backend for KubeBackend {
     }
 
     async fn namespaced(&self, kind: &KindRef) -> Result<bool, Error> {
+        // On every call of a plugin limited to namespaces: read the scope in place.
+        if let Some((_, caps)) = self.resources.read().unwrap().get(kind) {
+            return Ok(matches!(caps.scope, Scope::Namespaced));
+        }
         Ok(matches!(self.resource(kind).await?.1.scope, Scope::Namespaced))
     }
 

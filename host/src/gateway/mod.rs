@@ -17,7 +17,7 @@ mod permissions;
 
 pub use cache::{Caches, ObjectCache, PrimaryCache};
 pub use error::from_kube;
-pub use identity::{Identities, Identity, verify as verify_identity};
+pub use identity::{APPROVED_PLUGIN, Identities, Identity, verify as verify_identity};
 pub use kube_backend::KubeBackend;
 pub use memory::MemoryBackend;
 pub use permissions::{Permissions, Reach};
@@ -208,8 +208,11 @@ impl Gateway {
     /// ([`HOST_REASONS`]). A refused Event is logged and counted, like a refused call;
     /// Events return nothing to the plugin.
     pub async fn record_event(&self, regarding: &ObjectRef, event_type: EventType, reason: &str, message: &str) {
-        if HOST_REASONS.contains(&reason) {
-            let e = Error::Forbidden(format!("plugin may not record Events with reason {reason}: the host's own"));
+        if let Err(why) = plugin_reason(reason) {
+            let e = Error::Forbidden(format!(
+                "plugin may not record an Event with reason {:?}: {why}",
+                truncate(reason, 64)
+            ));
             self.refused(Verb::Create, &KindRef::new("v1", "Event"), regarding.namespace.as_deref(), &e);
             return;
         }
@@ -229,15 +232,31 @@ impl Gateway {
     }
 }
 
+/// Whether a plugin may use `reason`: an UpperCamelCase word (Kubernetes' convention,
+/// and no look-alikes of the host's reasons by case, spaces or invisible characters),
+/// not one of [`HOST_REASONS`].
+fn plugin_reason(reason: &str) -> Result<(), &'static str> {
+    let word = reason.len() <= 128
+        && reason.starts_with(|c: char| c.is_ascii_alphabetic())
+        && reason.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !word {
+        return Err("a reason is one word of letters and digits");
+    }
+    if HOST_REASONS.iter().any(|r| r.eq_ignore_ascii_case(reason)) {
+        return Err("the host's own");
+    }
+    Ok(())
+}
+
 /// The reference a create names: like [`object_ref`], but `metadata.generateName`
 /// may stand for the name (the apiserver picks one).
 pub fn create_ref(object: &Value) -> Result<ObjectRef, Error> {
-    if object.pointer("/metadata/name").is_none()
-        && let Some(prefix) = object.pointer("/metadata/generateName").and_then(Value::as_str)
+    let str_at = |p: &str| object.pointer(p).and_then(Value::as_str);
+    if str_at("/metadata/name").is_none()
+        && let (Some(prefix), Some(api_version), Some(kind)) =
+            (str_at("/metadata/generateName"), str_at("/apiVersion"), str_at("/kind"))
     {
-        let mut named = object.clone();
-        named["metadata"]["name"] = prefix.into();
-        return object_ref(&named);
+        return Ok(ObjectRef::new(&KindRef::new(api_version, kind), str_at("/metadata/namespace"), prefix));
     }
     object_ref(object)
 }
@@ -335,9 +354,11 @@ mod tests {
         g.record_event(&ObjectRef::new(&KindRef::new("v1", "Secret"), Some("d"), "s"), EventType::Normal, "Seen", "x")
             .await;
         g.record_event(&mine, EventType::Warning, "PluginRejected", "forged").await;
+        g.record_event(&mine, EventType::Warning, "pluginRejected", "forged").await;
+        g.record_event(&mine, EventType::Warning, "PluginRejected\u{200b}", "forged").await;
         let reasons: Vec<String> = mem.fake().events().into_iter().map(|e| e.reason).collect();
         assert_eq!(reasons, ["Synced"]);
-        assert_eq!(g.denied_calls(), 3);
+        assert_eq!(g.denied_calls(), 5);
         // The host's own reports about the plugin's objects are not the plugin's to forge, but are the host's to write.
         g.report(&mine, EventType::Warning, "ReconcileFailed", "boom").await;
         assert_eq!(mem.fake().events().len(), 2);

@@ -188,6 +188,10 @@ impl Registry {
 
     /// Compiles (or reuses) and admits `spec`; see the module docs.
     pub async fn apply(&self, spec: PluginSpec) -> Result<Arc<LoadedPlugin>, LoadError> {
+        if spec.name == "host" {
+            // The host's own Events are reported as `wasmop/host`.
+            return Err(LoadError::Conflict("plugin name \"host\" is reserved for the host itself".into()));
+        }
         let digest: [u8; 32] = Sha256::digest(&spec.bytes).into();
         let sha256 = hex::encode(digest);
         if let Some(cur) = self.get(&spec.name) {

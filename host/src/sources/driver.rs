@@ -12,6 +12,8 @@ use tokio::sync::mpsc;
 /// How often a version waiting for its ServiceAccount is tried again: the plugin starts
 /// soon after a cluster admin applies its RBAC, without anyone touching its ConfigMap.
 const IDENTITY_RETRY: Duration = Duration::from_secs(10);
+/// The longest an identity check may hold up the other plugins' loads and removals.
+const IDENTITY_CHECK: Duration = Duration::from_secs(10);
 
 /// Applies every event to `registry` until the sources close. A rejected version is
 /// logged and, when it came from a cluster object, reported as a Warning Event
@@ -51,7 +53,7 @@ pub async fn drive(
         match ev {
             SourceEvent::Upsert(spec) => {
                 // A newer version replaces one still waiting.
-                waiting.retain(|w| w.name != spec.name || w.origin != spec.origin);
+                waiting.retain(|w| !same(w, &spec.name, &spec.origin, spec.origin_object.as_ref()));
                 if let Err((kind, reason)) = admit(&registry, &spec, &identities).await {
                     report(&registry, &spec, kind, &reason, events.as_deref()).await;
                     if kind == "identity" {
@@ -60,21 +62,26 @@ pub async fn drive(
                 }
             }
             SourceEvent::Reject { spec, kind, reason } => {
+                waiting.retain(|w| !same(w, &spec.name, &spec.origin, spec.origin_object.as_ref()));
                 report(&registry, &spec, kind, &reason, events.as_deref()).await
             }
             SourceEvent::Remove { name, origin, origin_object } => {
-                waiting.retain(|w| {
-                    let same_place = match &origin_object {
-                        Some(o) => w.origin_object.as_ref() == Some(o),
-                        None => w.origin == origin,
-                    };
-                    w.name != name || !same_place
-                });
+                waiting.retain(|w| !same(w, &name, &origin, origin_object.as_ref()));
                 registry.remove(&name, &origin, origin_object.as_ref());
             }
             SourceEvent::Synced => health.source_synced(),
         }
     }
+}
+
+/// Whether `w` is a version of plugin `name` from the same place (a ConfigMap, whatever
+/// its key; else the origin).
+fn same(w: &PluginSpec, name: &str, origin: &str, origin_object: Option<&crate::gateway::ObjectRef>) -> bool {
+    w.name == name
+        && match origin_object {
+            Some(o) => w.origin_object.as_ref() == Some(o),
+            None => w.origin == origin,
+        }
 }
 
 /// Checks the version's identity, decodes its bytes and applies it: Err(kind, reason).
@@ -83,7 +90,11 @@ async fn admit(registry: &Registry, spec: &PluginSpec, identities: &Identities) 
     match (identities, &spec.identity) {
         (Identities::Host, _) => spec.identity = None,
         (Identities::ServiceAccounts(kube), Some(id)) => {
-            crate::gateway::verify_identity(kube.client(), id).await.map_err(|e| ("identity", e))?
+            let check = crate::gateway::verify_identity(kube.client(), &spec.name, id);
+            match tokio::time::timeout(IDENTITY_CHECK, check).await {
+                Ok(r) => r.map_err(|e| ("identity", e))?,
+                Err(_) => return Err(("identity", format!("the apiserver did not answer within {IDENTITY_CHECK:?}"))),
+            }
         }
         (Identities::ServiceAccounts(_), None) => {
             return Err(("identity", "the plugin has no ServiceAccount to act as".to_owned()));

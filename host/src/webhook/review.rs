@@ -79,16 +79,29 @@ impl Reviewer {
         };
         // Before any plugin code runs: the review must be one this handler serves, in
         // the plugin's world (the same authority check as its calls).
-        if let Err(e) = in_scope(h, head).and_then(|(group, kind, reach)| {
-            loaded.permissions.check_review(group, kind, reach).map_err(|e| e.message().to_owned())
-        }) {
-            return fail(format!("plugin {plugin:?} handler {handler:?} does not serve this review: {e}"));
+        let (group, kind, mut reach) = match in_scope(h, head) {
+            Ok(r) => r,
+            Err(e) => return fail(format!("plugin {plugin:?} handler {handler:?} does not serve this review: {e}")),
+        };
+        // A cluster-scoped object (a Namespace) may come with `namespace` set to its own
+        // name: its scope, not the field, decides (looked up only where it matters).
+        if loaded.permissions.limited_to_namespaces()
+            && let Some(version) = head.kind.as_ref().map(|k| k.version.as_ref())
+        {
+            let api_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+            if !self.backend.namespaced(&wasmop_sdk::KindRef::new(&api_version, kind)).await.unwrap_or(true) {
+                reach = Reach::Cluster;
+            }
+        }
+        if let Err(e) = loaded.permissions.check_review(group, kind, reach) {
+            return fail(format!("plugin {plugin:?} handler {handler:?} does not serve this review: {}", e.message()));
         }
         let backend = match self.backend.clone().acting_as(loaded.identity.as_ref()) {
             Ok(b) => b,
             Err(e) => return fail(format!("cannot act as plugin {plugin:?}: {e}")),
         };
-        let gateway = Gateway::new(plugin, loaded.permissions.clone(), backend).with_cache(self.caches.get(plugin));
+        let gateway = Gateway::new(plugin, loaded.permissions.clone(), backend)
+            .with_cache(self.caches.get(plugin, loaded.identity.as_ref()));
         let limits =
             crate::runtime::Limits { deadline: self.deadline.min(loaded.limits.deadline), ..loaded.limits.clone() };
         let rt = self.registry.runtime();
@@ -130,6 +143,8 @@ struct Head<'a> {
 struct ReviewKind<'a> {
     #[serde(borrow, default)]
     group: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    version: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     kind: std::borrow::Cow<'a, str>,
 }
