@@ -19,11 +19,14 @@ fn the_host_needs_only_its_own_rbac_and_acts_as_a_plugin_only_once_granted() -> 
     apply(&rbac.replace("wasmop-system", &ns.0)).map_err(|e| anyhow!(e))?;
     let token = kubectl(&["create", "token", "wasmop", "-n", &ns.0, "--duration=1h"]).map_err(|e| anyhow!(e))?;
     let admin = std::fs::read_to_string(kubeconfig())?;
-    let own: String = admin
-        .lines()
-        .map(|l| if l.trim_start().starts_with("token:") { format!("    token: {}", token.trim()) } else { l.to_owned() })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let own: String =
+        admin
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("token:") { format!("    token: {}", token.trim()) } else { l.to_owned() }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
     let work = tempfile::tempdir()?;
     let config = work.path().join("kubeconfig");
     std::fs::write(&config, own + "\n")?;
@@ -60,7 +63,12 @@ fn the_host_needs_only_its_own_rbac_and_acts_as_a_plugin_only_once_granted() -> 
     kubectl(&["create", "serviceaccount", "probe", "-n", &ns.0]).map_err(|e| anyhow!(e))?;
     kubectl(&["annotate", "serviceaccount", "probe", "-n", &ns.0, "wasmop.io/plugin=probe"]).map_err(|e| anyhow!(e))?;
     apply_server_side(&pack_plugin(&probe, "probe", "probe", &ns.0, &settings, &[])?).map_err(|e| anyhow!(e))?;
-    expect_warning(&ns.0, "probe", "PluginRejected", &format!("the host may not impersonate ServiceAccount {}/probe", ns.0))?;
+    expect_warning(
+        &ns.0,
+        "probe",
+        "PluginRejected",
+        &format!("the host may not impersonate ServiceAccount {}/probe", ns.0),
+    )?;
 
     // The admin applies the plugin's RBAC, naming this host's ServiceAccount.
     let s = work.path().join("probe.settings.yaml");

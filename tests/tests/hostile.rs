@@ -56,7 +56,8 @@ fn hostile_plugins_are_contained_visible_and_harmless_to_neighbours() -> Result<
     // Its ServiceAccount exists (a manifest that never returns cannot be turned into
     // RBAC): what is refused is the plugin, for its manifest.
     kubectl(&["create", "serviceaccount", "stuck", "-n", &h_ns.0]).map_err(|e| anyhow!(e))?;
-    kubectl(&["annotate", "serviceaccount", "stuck", "-n", &h_ns.0, "wasmop.io/plugin=stuck"]).map_err(|e| anyhow!(e))?;
+    kubectl(&["annotate", "serviceaccount", "stuck", "-n", &h_ns.0, "wasmop.io/plugin=stuck"])
+        .map_err(|e| anyhow!(e))?;
     let out = Command::new(wasmop_bin())
         .args(["pack", file.to_str().unwrap(), "--name", "stuck", "--namespace", &h_ns.0])
         .arg(format!("--settings=stuck={}", settings.display()))
