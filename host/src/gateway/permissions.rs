@@ -56,6 +56,10 @@ impl Permissions {
         for perm in &m.permissions {
             p.allow(&perm.kind, &perm.verbs);
         }
+        // A manifest's own namespaces bound its calls, not only its watches.
+        if !m.namespaces.is_empty() {
+            p.restrict_namespaces(m.namespaces.iter().cloned());
+        }
         p
     }
 

@@ -213,11 +213,6 @@ impl Registry {
         check_handlers(&handlers)?;
         narrow_handlers(&handlers, &spec.narrowing)?;
         let mut permissions = Permissions::from_manifest(&manifest);
-        // The manifest's own namespaces bound its calls, not only its watches (they
-        // already lie inside any operator narrowing, see `narrow`).
-        if !manifest.namespaces.is_empty() {
-            permissions.restrict_namespaces(manifest.namespaces.iter().cloned());
-        }
         if let Some(ns) = &spec.narrowing.namespaces {
             permissions.restrict_namespaces(ns.iter().cloned());
         }
