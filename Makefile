@@ -1,6 +1,7 @@
 # wasmop — every entry point. Each target installs what it needs, idempotently.
 #
-#   make demo    build everything, start a local control plane and the host, show Memcached converging
+#   make demo    build the host and the shipped plugins, start a local control plane (or use
+#                the cluster in KUBECONFIG: DEMO_CLUSTER=existing) and show both plugins; demo-down undoes it
 #   make test    fmt, clippy, unit tests, then e2e tests against a local control plane (always torn down)
 #   make bench   benchmarks (results in BENCHMARKS.md)
 
@@ -20,7 +21,7 @@ TEST_PLUGINS := probe hostile ring
 # each build their own kube, wasmtime and host: twice the time, and CI's disk ran out.
 E2E_TESTS := $(patsubst tests/tests/%.rs,--test %,$(wildcard tests/tests/*.rs))
 
-.PHONY: all setup tools build plugins host deploy-manifests deploy-plugins deploy-rbac bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
+.PHONY: all setup tools build plugins demo-plugins host deploy-manifests deploy-plugins deploy-rbac bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
 
 all: build
 
@@ -41,7 +42,7 @@ host: setup
 	cargo build --workspace --bins
 
 ## Plugins as wasm32-wasip2 components, copied to target/plugins/NAME.wasm.
-plugins: setup
+plugins: setup $(WASM_OUT)/memcached-v2.wasm
 	@mkdir -p $(WASM_OUT)
 	cargo build --release --target wasm32-wasip2 -p probe --features v2
 	@cp $(TARGET_DIR)/wasm32-wasip2/release/probe.wasm $(WASM_OUT)/probe-v2.wasm
@@ -50,6 +51,21 @@ plugins: setup
 	cargo build --release --target wasm32-wasip2 -p not-a-plugin
 	@cp $(TARGET_DIR)/wasm32-wasip2/release/not-a-plugin.wasm $(WASM_OUT)/not-a-plugin.wasm
 	@ls -l $(WASM_OUT)
+
+# The Memcached plugin's "new version of the code" that `make demo` hot-reloads
+# (`--features v2`). Built only when its sources changed: cargo rebuilds the one
+# memcached.wasm at every switch of features, so the default build always runs after
+# this one and stays fresh for the next.
+MEMCACHED_V2_SOURCES := $(shell find plugins/memcached guest-sdk wit -type f) Cargo.toml Cargo.lock
+$(WASM_OUT)/memcached-v2.wasm: $(MEMCACHED_V2_SOURCES) | setup
+	@mkdir -p $(WASM_OUT)
+	cargo build --release --target wasm32-wasip2 -p memcached --features v2
+	@cp $(TARGET_DIR)/wasm32-wasip2/release/memcached.wasm $@
+
+# What the demo runs, and only that: the shipped plugins and Memcached v2.
+demo-plugins: setup $(WASM_OUT)/memcached-v2.wasm
+	cargo build --release --target wasm32-wasip2 $(foreach p,$(PLUGINS),-p $(p))
+	@for p in $(PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
 
 # The same plugins through cargo-component (wasm32-wasip1 + adapter).
 plugins-component: tools
@@ -85,12 +101,17 @@ cluster-up:
 cluster-down:
 	@tests/cluster/down $(CLUSTER_STATE)
 
-## The main job: see README.md.
-demo: build
+## The main job: see README.md. `make demo KUBECONFIG=...` (on the command line) or
+## DEMO_CLUSTER=existing runs it on that cluster instead of the local control plane;
+## scripts/demo-lib.sh lists the other DEMO_* settings.
+DEMO_CLUSTER ?= $(if $(filter command line,$(origin KUBECONFIG)),existing,local)
+export DEMO_CLUSTER
+demo: host demo-plugins
 	@scripts/demo.sh
 
+# Removes exactly what the demo recorded in target/demo/created (processes by PID).
 demo-down:
-	@-pkill -f "$(TARGET_DIR)/debug/wasmop run" ; tests/cluster/down $(CLUSTER_STATE)
+	@scripts/demo-down.sh
 
 lint: setup
 	cargo fmt --all -- --check

@@ -8,7 +8,7 @@
 mod reconcile;
 pub mod types;
 
-pub use reconcile::{FINALIZER, Memcached as Operator, deployment_for};
+pub use reconcile::{FINALIZER, Memcached as Operator, VERSION, VERSION_LABEL, deployment_for};
 pub use types::{Memcached, MemcachedSpec, MemcachedStatus};
 
 wasmop_sdk::export_plugin!(reconcile::Memcached);

@@ -18,6 +18,15 @@ use wasmop_sdk::{
 pub const FINALIZER: &str = "cache.example.com/finalizer";
 const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 
+/// This build's version. `--features v2` builds the "new version of the code" that
+/// `make demo` hot-reloads: the same plugin, permissions and settings, plus one visible
+/// behaviour, [`VERSION_LABEL`] on each Deployment.
+pub const VERSION: &str =
+    if cfg!(feature = "v2") { concat!(env!("CARGO_PKG_VERSION"), "+v2") } else { env!("CARGO_PKG_VERSION") };
+/// v2 only: the memcached version a Deployment runs (its image's tag), as a label on
+/// the Deployment itself (not its Pod template, so that adding it rolls no Pods).
+pub const VERSION_LABEL: &str = "app.kubernetes.io/version";
+
 pub struct Memcached;
 
 #[derive(serde::Deserialize)]
@@ -37,7 +46,7 @@ fn namespaces(settings: &str) -> Vec<String> {
 
 impl Reconciler for Memcached {
     fn manifest(settings: &str) -> Result<Manifest, String> {
-        Ok(Manifest::new::<Cr>("memcached", env!("CARGO_PKG_VERSION"))
+        Ok(Manifest::new::<Cr>("memcached", VERSION)
             .namespaces(namespaces(settings))
             .owns::<Deployment>()
             .watches::<Pod>(Mapping::Label(INSTANCE_LABEL.into()))
@@ -187,11 +196,18 @@ pub fn deployment_for(mc: &Cr, default_image: &str) -> Option<Deployment> {
         .filter(|(k, _)| k.as_str() != "app.kubernetes.io/managed-by")
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    let image = mc.spec.image.clone().unwrap_or_else(|| default_image.into());
+    let mut deployment_labels = labels.clone();
+    if cfg!(feature = "v2")
+        && let Some(version) = image_tag(&image)
+    {
+        deployment_labels.insert(VERSION_LABEL.into(), version.into());
+    }
     Some(Deployment {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: mc.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
+            labels: Some(deployment_labels),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },
@@ -209,7 +225,7 @@ pub fn deployment_for(mc: &Cr, default_image: &str) -> Option<Deployment> {
                     }),
                     containers: vec![Container {
                         name: "memcached".into(),
-                        image: Some(mc.spec.image.clone().unwrap_or_else(|| default_image.into())),
+                        image: Some(image),
                         image_pull_policy: Some("IfNotPresent".into()),
                         args: Some(vec!["-m=64".into(), "-o".into(), "modern".into(), "-v".into()]),
                         ports: Some(vec![ContainerPort {
@@ -239,8 +255,19 @@ pub fn deployment_for(mc: &Cr, default_image: &str) -> Option<Deployment> {
 /// Brings the fields this operator owns (replicas, image, port, args) to `desired`;
 /// true when anything changed. Fields others set (annotations, defaults) are kept.
 fn converge(d: &mut Deployment, desired: &Deployment) -> bool {
-    let (Some(spec), Some(want)) = (d.spec.as_mut(), desired.spec.as_ref()) else { return false };
     let mut changed = false;
+    if cfg!(feature = "v2") {
+        let want = desired.metadata.labels.as_ref().and_then(|l| l.get(VERSION_LABEL));
+        let labels = d.metadata.labels.get_or_insert_with(Default::default);
+        if labels.get(VERSION_LABEL) != want {
+            match want {
+                Some(v) => labels.insert(VERSION_LABEL.into(), v.clone()),
+                None => labels.remove(VERSION_LABEL),
+            };
+            changed = true;
+        }
+    }
+    let (Some(spec), Some(want)) = (d.spec.as_mut(), desired.spec.as_ref()) else { return changed };
     if spec.replicas != want.replicas {
         spec.replicas = want.replicas;
         changed = true;
@@ -269,4 +296,16 @@ fn converge(d: &mut Deployment, desired: &Deployment) -> bool {
         }
     }
     changed
+}
+
+/// The tag of `image` when it is a valid label value (`docker.io/library/memcached:1.6.38`
+/// → `1.6.38`); None for an untagged or digest-only image.
+fn image_tag(image: &str) -> Option<&str> {
+    let last = image.rsplit('/').next()?;
+    let (_, tag) = last.split('@').next()?.split_once(':')?;
+    let valid = tag.len() <= 63
+        && tag.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && tag.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && tag.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    valid.then_some(tag)
 }

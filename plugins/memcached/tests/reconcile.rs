@@ -198,3 +198,37 @@ fn default_image_comes_from_settings_unless_the_cr_sets_one() {
     run("defaultImage: memcached:1.6.30");
     assert_eq!(image(), "custom:1");
 }
+
+/// The default build leaves the Deployment's labels alone; v2 (`--features v2`, the
+/// demo's hot-reloaded code) adds the memcached version, also to a Deployment an
+/// earlier build created, and follows image changes.
+#[test]
+fn v2_labels_the_deployment_with_the_memcached_version() {
+    let fake = FakeCluster::new();
+    fake.seed_obj(&mc("cache", 1)).unwrap();
+    reconcile(&fake, "cache");
+    let label = || deployment(&fake, "cache")["metadata"]["labels"][memcached::VERSION_LABEL].clone();
+    if cfg!(feature = "v2") {
+        assert!(memcached::VERSION.ends_with("+v2"));
+        let default_tag = memcached::types::DEFAULT_IMAGE.rsplit(':').next().unwrap();
+        assert_eq!(label(), default_tag);
+        fake.edit(&key(KindRef::of::<Deployment>(), "cache"), |d| {
+            d["metadata"]["labels"].as_object_mut().unwrap().remove(memcached::VERSION_LABEL);
+        })
+        .unwrap();
+        reconcile(&fake, "cache");
+        assert_eq!(label(), default_tag, "added to a Deployment that lacks it");
+        fake.edit(&mc_key("cache"), |o| o["spec"]["image"] = json!("registry:5000/memcached:1.6.39")).unwrap();
+        reconcile(&fake, "cache");
+        assert_eq!(label(), "1.6.39");
+        fake.edit(&mc_key("cache"), |o| o["spec"]["image"] = json!("registry:5000/memcached@sha256:abc")).unwrap();
+        reconcile(&fake, "cache");
+        assert_eq!(label(), Value::Null, "no tag, no label");
+        assert!(
+            deployment(&fake, "cache")["spec"]["template"]["metadata"]["labels"][memcached::VERSION_LABEL].is_null()
+        );
+    } else {
+        assert_eq!(memcached::VERSION, env!("CARGO_PKG_VERSION"));
+        assert_eq!(label(), Value::Null);
+    }
+}
