@@ -30,6 +30,7 @@ pub struct Metrics {
     pub admission_reviews: Family<Labels, Counter>,
     pub admission_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     pub leader: Gauge,
+    pub webhook_connections_refused: Counter,
     pub plugin_memory: Family<Labels, Gauge>,
 }
 
@@ -54,6 +55,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         admission_reviews: Family::default(),
         admission_seconds: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
         leader: Gauge::default(),
+        webhook_connections_refused: Counter::default(),
         plugin_memory: Family::default(),
         registry: Registry::default(),
         info_labels: Default::default(),
@@ -81,6 +83,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "wasmop_admission_duration_seconds",
         "Wall time of one AdmissionReview, plugin call included",
         m.admission_seconds.clone(),
+    );
+    registry.register(
+        "wasmop_webhook_connections_refused",
+        "Webhook connections closed on accept: the server had its most connections open",
+        m.webhook_connections_refused.clone(),
     );
     registry.register("wasmop_leader", "1 while this replica holds the leader Lease (reconciles)", m.leader.clone());
     registry.register(

@@ -34,6 +34,9 @@ pub struct WebhookArgs {
     /// Webhook configurations (by name) whose caBundle the host keeps set to its CA.
     #[arg(long, env = "WASMOP_WEBHOOK_CONFIGURATIONS", value_delimiter = ',')]
     webhook_configurations: Vec<String>,
+    /// Webhook connections served at once; more are closed on accept (each may buffer an 8 MiB review).
+    #[arg(long, env = "WASMOP_WEBHOOK_MAX_CONNECTIONS", default_value_t = 512)]
+    webhook_max_connections: usize,
     /// Deadline of one admission review, in seconds (below the configurations' timeoutSeconds).
     #[arg(long, env = "WASMOP_ADMISSION_DEADLINE_SECONDS", default_value_t = 8)]
     admission_deadline_seconds: u64,
@@ -70,7 +73,8 @@ pub async fn start(
         deadline: Duration::from_secs(args.admission_deadline_seconds),
         caches,
     });
-    let (addr, task) = wasmop::webhook::serve(args.webhook_bind_address, &tls, reviewer, stop).await?;
+    let limits = wasmop::webhook::ServerLimits { max_connections: args.webhook_max_connections, ..Default::default() };
+    let (addr, task) = wasmop::webhook::serve(args.webhook_bind_address, &tls, reviewer, limits, stop).await?;
     tracing::info!(%addr, "serving admission webhooks");
     match (&tls.ca_pem, args.webhook_configurations.is_empty()) {
         (Some(ca), false) => {

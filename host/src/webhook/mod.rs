@@ -18,6 +18,7 @@ mod tls;
 pub use review::{Reviewer, finish};
 pub use tls::{Pems, Tls, TlsSource, generate};
 
+use crate::metrics::METRICS;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -40,8 +41,30 @@ pub enum WebhookError {
 }
 
 /// Why 8 MiB: a review carries the object and the old object, each up to the
-/// apiserver's 3 MiB request limit.
+/// apiserver's 3 MiB request limit. [`ServerLimits::max_connections`] bounds how many
+/// such bodies can be buffered at once.
 const MAX_BODY: usize = 8 << 20;
+
+/// What one client may hold of the webhook server.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerLimits {
+    /// A TLS handshake not finished by then is dropped: a client that connects and
+    /// sends nothing holds no task and no socket for longer.
+    pub handshake: std::time::Duration,
+    /// A request whose headers have not all arrived by then is dropped (hyper's own
+    /// header timeout, off unless given a timer).
+    pub headers: std::time::Duration,
+    /// Connections served at once; one more is closed as soon as it is accepted. Why
+    /// 512: the apiserver keeps a few dozen keep-alive connections per replica.
+    pub max_connections: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        let ten = std::time::Duration::from_secs(10);
+        ServerLimits { handshake: ten, headers: ten, max_connections: 512 }
+    }
+}
 
 async fn handle(
     State(r): State<Arc<Reviewer>>,
@@ -60,6 +83,7 @@ pub async fn serve(
     addr: SocketAddr,
     tls: &Tls,
     reviewer: Arc<Reviewer>,
+    limits: ServerLimits,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), WebhookError> {
     let app = Router::new()
@@ -69,6 +93,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| WebhookError::Bind(addr, e))?;
     let bound = listener.local_addr().map_err(|e| WebhookError::Bind(addr, e))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let task = tokio::spawn(async move {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         tokio::pin!(stop);
@@ -83,19 +108,32 @@ pub async fn serve(
                     }
                 },
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                METRICS.webhook_connections_refused.inc();
+                tracing::debug!(%peer, "webhook connection refused: {} connections open", limits.max_connections);
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let service = TowerToHyperService::new(app.clone());
             let watcher = graceful.watcher();
             tokio::spawn(async move {
-                let tls = match acceptor.accept(tcp).await {
-                    Ok(s) => s,
-                    Err(e) => {
+                let _slot = slot;
+                let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
                         tracing::debug!(%peer, "webhook TLS handshake failed: {e}");
                         return;
                     }
+                    Err(_) => {
+                        tracing::debug!(%peer, "webhook TLS handshake not done within {:?}", limits.handshake);
+                        return;
+                    }
                 };
-                let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service);
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(limits.headers)
+                    .serve_connection(TokioIo::new(tls), service);
                 if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, "webhook connection: {e}");
                 }
@@ -104,4 +142,75 @@ pub async fn serve(
         graceful.shutdown().await;
     });
     Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncReadExt;
+
+    async fn server(limits: ServerLimits) -> (SocketAddr, Arc<Reviewer>) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeConfig::default()).unwrap();
+        let reviewer = Arc::new(Reviewer {
+            registry: crate::registry::Registry::new(Arc::new(runtime)),
+            backend: Arc::new(crate::gateway::MemoryBackend::default()),
+            deadline: Duration::from_secs(1),
+            caches: Arc::default(),
+        });
+        let source = TlsSource::Managed { names: vec!["127.0.0.1".into()], secret: None };
+        let tls = Tls::load(&source, None).await.unwrap();
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (addr, _task) = serve(addr, &tls, reviewer.clone(), limits, std::future::pending()).await.unwrap();
+        (addr, reviewer)
+    }
+
+    /// Seconds until the server closes a connection that never speaks (None: still open after `wait`).
+    async fn closed_after(c: &mut tokio::net::TcpStream, wait: Duration) -> Option<Duration> {
+        let t = Instant::now();
+        match tokio::time::timeout(wait, c.read(&mut [0u8; 64])).await {
+            Ok(Ok(0)) | Ok(Err(_)) => Some(t.elapsed()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn silent_clients_are_dropped_and_connections_beyond_the_cap_refused() {
+        let limits =
+            ServerLimits { handshake: Duration::from_millis(300), headers: Duration::from_secs(1), max_connections: 2 };
+        let (addr, _) = server(limits).await;
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let refused = closed_after(&mut extra, Duration::from_millis(200)).await;
+        assert!(refused.is_some(), "a third connection is closed at once");
+        for c in &mut held {
+            let closed = closed_after(c, Duration::from_secs(5)).await.expect("a silent client is dropped");
+            assert!(closed < Duration::from_secs(2), "dropped at the handshake timeout, not later: {closed:?}");
+        }
+        // Their slots are free again.
+        let mut again = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(closed_after(&mut again, Duration::from_millis(100)).await.is_none(), "served again");
+    }
+
+    #[tokio::test]
+    async fn reviews_for_unknown_paths_add_no_metric_series() {
+        let (_, reviewer) = server(ServerLimits::default()).await;
+        let body = br#"{"request": {"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE"}}"#;
+        for i in 0..50 {
+            let answer = reviewer.review(&format!("random-{i}"), "x", body).await.unwrap();
+            assert_eq!(answer["response"]["allowed"], false);
+            assert!(answer["response"]["status"]["message"].as_str().unwrap().contains("is not loaded"));
+        }
+        let metrics = METRICS.render();
+        assert!(!metrics.contains("random-"), "{metrics}");
+        assert!(
+            metrics.contains(r#"wasmop_admission_reviews_total{plugin="",handler="",result="error"}"#),
+            "{metrics}"
+        );
+    }
 }

@@ -33,6 +33,9 @@ enum Outcome {
     Allowed,
     Denied,
     Error,
+    /// No such plugin or handler: counted without the URL's names, which any client
+    /// picks (one series per random path would grow memory without bound).
+    Unknown,
 }
 
 impl Reviewer {
@@ -51,10 +54,11 @@ impl Reviewer {
             .map_err(|e| format!("the AdmissionReview request is not an object: {e}"))?;
         let uid = head.uid.clone().ok_or("the AdmissionReview request has no uid")?;
         let (response, outcome) = self.answer(plugin, handler, &head, request.get()).await;
-        let result = match outcome {
-            Outcome::Allowed => "allowed",
-            Outcome::Denied => "denied",
-            Outcome::Error => "error",
+        let (result, plugin, handler) = match outcome {
+            Outcome::Allowed => ("allowed", plugin, handler),
+            Outcome::Denied => ("denied", plugin, handler),
+            Outcome::Error => ("error", plugin, handler),
+            Outcome::Unknown => ("error", "", ""),
         };
         let l = labels(&[("plugin", plugin), ("handler", handler)]);
         METRICS.admission_seconds.get_or_create(&l).observe(started.elapsed().as_secs_f64());
@@ -71,11 +75,13 @@ impl Reviewer {
             tracing::warn!(plugin, handler, "admission denied by the host: {msg}");
             (deny(500, "InternalError", &format!("wasmop: {msg}")), Outcome::Error)
         };
+        let unknown = |msg: String| (fail(msg).0, Outcome::Unknown);
         let Some(loaded) = self.registry.get(plugin) else {
-            return fail(format!("plugin {plugin:?} is not loaded"));
+            return unknown(format!("plugin {:?} is not loaded", crate::gateway::truncate(plugin, 64)));
         };
         let Some(h) = loaded.handlers.iter().find(|h| h.name == handler) else {
-            return fail(format!("plugin {plugin:?} serves no admission handler {handler:?}"));
+            let handler = crate::gateway::truncate(handler, 64);
+            return unknown(format!("plugin {plugin:?} serves no admission handler {handler:?}"));
         };
         // Before any plugin code runs: the review must be one this handler serves, in
         // the plugin's world (the same authority check as its calls).
