@@ -65,7 +65,7 @@ fn code(e: &Value) -> i64 {
 fn a_plugin_runs_only_as_its_own_service_account_once_an_admin_grants_it() -> Result<()> {
     let ns = Namespace::new("id-grant");
     let settings = format!("namespace: {}\n", ns.0);
-    let _host = host_with_probe(&ns.0, &settings, None)?;
+    let host = host_with_probe(&ns.0, &settings, None)?;
     // Not granted: refused, and the Event says what to create.
     expect_warning(&ns.0, "probe", "PluginRejected", &format!("ServiceAccount {}/probe, which does not exist", ns.0))?;
     expect_warning(&ns.0, "probe", "PluginRejected", "wasmop rbac")?;
@@ -93,6 +93,15 @@ fn a_plugin_runs_only_as_its_own_service_account_once_an_admin_grants_it() -> Re
     // Its watches too: the cache that serves its reads is filled as the plugin.
     let watches = requests(&log, &plugin, "configmaps");
     assert!(watches.iter().any(|e| e["verb"] == "watch"), "the plugin's ConfigMap watch runs as the plugin");
+
+    // Revoking the grant takes effect on the next call: the apiserver checks each one.
+    kubectl(&["delete", "rolebinding", "wasmop-plugin:probe", "-n", &ns.0]).map_err(|e| anyhow!(e))?;
+    let what = [("verb", "get"), ("apiVersion", "v1"), ("kind", "ServiceAccount"), ("name", "early-probe")];
+    attack(&ns.0, "revoked", &[what.as_slice(), &[("namespace", ns.0.as_str())]].concat())?;
+    let refused = format!("target=v1/ServiceAccount {}/early-probe result=forbidden", ns.0);
+    eventually("the revoked plugin's call is refused", WAIT, || {
+        if host.logs().contains(&refused) { Ok(()) } else { bail!("not yet") }
+    })?;
     Ok(())
 }
 

@@ -76,16 +76,23 @@ impl LoadedPlugin {
     }
 }
 
+impl PluginSpec {
+    /// Where this version comes from (see [`Place`]).
+    pub fn place(&self) -> Place<'_> {
+        Place::of(&self.origin, self.origin_object.as_ref())
+    }
+}
+
 /// Where a plugin comes from, as far as owning its name goes: the object it came from
 /// (a ConfigMap, whichever key), or else the directory of its file (`dir:/plugins`).
 #[derive(Debug, PartialEq, Eq)]
-enum Place<'a> {
+pub enum Place<'a> {
     Object(&'a ObjectRef),
     Dir(&'a str),
 }
 
 impl<'a> Place<'a> {
-    fn of(origin: &'a str, object: Option<&'a ObjectRef>) -> Self {
+    pub fn of(origin: &'a str, object: Option<&'a ObjectRef>) -> Self {
         match object {
             Some(o) => Place::Object(o),
             None => Place::Dir(origin.rsplit_once('/').map_or(origin, |(dir, _)| dir)),
@@ -457,6 +464,24 @@ fn group(api_version: &str) -> &str {
 mod tests {
     use super::*;
     use wasmop_sdk::KindRef;
+
+    #[tokio::test]
+    async fn the_name_host_is_reserved() {
+        let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeConfig::default()).unwrap();
+        let registry = Registry::new(Arc::new(runtime));
+        let spec = PluginSpec {
+            name: "host".into(),
+            bytes: Arc::from(&b"\0asm"[..]),
+            settings: String::new(),
+            origin: "dir:/plugins/host.wasm".into(),
+            origin_object: None,
+            limits: Limits::default(),
+            narrowing: Narrowing::default(),
+            identity: None,
+        };
+        let e = registry.apply(spec).await.err().expect("refused");
+        assert!(e.to_string().contains("reserved for the host"), "{e}");
+    }
 
     #[test]
     fn narrowing_cuts_namespaces_and_refuses_kinds_outside() {

@@ -4,7 +4,7 @@ use super::{SourceEvent, bytes};
 use crate::gateway::{Backend, EventType, Identities};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
-use crate::registry::{PluginSpec, Registry};
+use crate::registry::{Place, PluginSpec, Registry};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -53,7 +53,7 @@ pub async fn drive(
         match ev {
             SourceEvent::Upsert(spec) => {
                 // A newer version replaces one still waiting.
-                waiting.retain(|w| !same(w, &spec.name, &spec.origin, spec.origin_object.as_ref()));
+                waiting.retain(|w| !same(w, &spec.name, spec.place()));
                 if let Err((kind, reason)) = admit(&registry, &spec, &identities).await {
                     report(&registry, &spec, kind, &reason, events.as_deref()).await;
                     if kind == "identity" {
@@ -62,11 +62,11 @@ pub async fn drive(
                 }
             }
             SourceEvent::Reject { spec, kind, reason } => {
-                waiting.retain(|w| !same(w, &spec.name, &spec.origin, spec.origin_object.as_ref()));
+                waiting.retain(|w| !same(w, &spec.name, spec.place()));
                 report(&registry, &spec, kind, &reason, events.as_deref()).await
             }
             SourceEvent::Remove { name, origin, origin_object } => {
-                waiting.retain(|w| !same(w, &name, &origin, origin_object.as_ref()));
+                waiting.retain(|w| !same(w, &name, Place::of(&origin, origin_object.as_ref())));
                 registry.remove(&name, &origin, origin_object.as_ref());
             }
             SourceEvent::Synced => health.source_synced(),
@@ -74,14 +74,10 @@ pub async fn drive(
     }
 }
 
-/// Whether `w` is a version of plugin `name` from the same place (a ConfigMap, whatever
-/// its key; else the origin).
-fn same(w: &PluginSpec, name: &str, origin: &str, origin_object: Option<&crate::gateway::ObjectRef>) -> bool {
-    w.name == name
-        && match origin_object {
-            Some(o) => w.origin_object.as_ref() == Some(o),
-            None => w.origin == origin,
-        }
+/// Whether `w` is a version of plugin `name` from `from`: the registry's own rule of
+/// which place a name belongs to.
+fn same(w: &PluginSpec, name: &str, from: Place<'_>) -> bool {
+    w.name == name && w.place() == from
 }
 
 /// Checks the version's identity, decodes its bytes and applies it: Err(kind, reason).
