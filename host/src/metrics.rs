@@ -31,7 +31,10 @@ pub struct Metrics {
     pub admission_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     pub leader: Gauge,
     pub webhook_connections_refused: Counter,
+    pub webhook_bodies_refused: Counter,
     pub plugin_memory: Family<Labels, Gauge>,
+    pub memory_budget_used: Gauge,
+    pub plugin_versions_superseded: Counter,
 }
 
 fn duration_histogram() -> Histogram {
@@ -56,7 +59,10 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         admission_seconds: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
         leader: Gauge::default(),
         webhook_connections_refused: Counter::default(),
+        webhook_bodies_refused: Counter::default(),
         plugin_memory: Family::default(),
+        memory_budget_used: Gauge::default(),
+        plugin_versions_superseded: Counter::default(),
         registry: Registry::default(),
         info_labels: Default::default(),
     };
@@ -88,6 +94,21 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "wasmop_webhook_connections_refused",
         "Webhook connections closed on accept: the server had its most connections open",
         m.webhook_connections_refused.clone(),
+    );
+    registry.register(
+        "wasmop_webhook_bodies_refused",
+        "Webhook requests refused before their body was read: over the size cap, or no room in the body budget",
+        m.webhook_bodies_refused.clone(),
+    );
+    registry.register(
+        "wasmop_plugin_memory_budget_used_bytes",
+        "Linear memory all live plugin instances hold, against --plugin-memory-budget-mib",
+        m.memory_budget_used.clone(),
+    );
+    registry.register(
+        "wasmop_plugin_versions_superseded",
+        "Plugin versions replaced by a newer one before they were applied",
+        m.plugin_versions_superseded.clone(),
     );
     registry.register("wasmop_leader", "1 while this replica holds the leader Lease (reconciles)", m.leader.clone());
     registry.register(

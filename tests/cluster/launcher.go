@@ -196,6 +196,9 @@ func start(dir string) (*state, error) {
 	if err := os.WriteFile(filepath.Join(dir, "audit-policy.yaml"), []byte(auditPolicy), 0o600); err != nil {
 		return nil, err
 	}
+	if err := writeAdmissionConfig(dir); err != nil {
+		return nil, err
+	}
 	ports := map[string]int{}
 	for _, p := range []string{"etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok"} {
 		if ports[p], err = freePort(); err != nil {
@@ -239,6 +242,7 @@ func start(dir string) (*state, error) {
 			"--allow-privileged=true", "--cert-dir=" + p("apiserver-certs"),
 			"--audit-policy-file=" + p("audit-policy.yaml"), "--audit-log-path=" + p("audit.log"),
 			"--audit-log-maxsize=100", "--endpoint-reconciler-type=none",
+			"--admission-control-config-file=" + p("admission.yaml"),
 		},
 		"kube-controller-manager": {
 			"--kubeconfig=" + kubeconfig, "--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
@@ -468,6 +472,24 @@ current-context: local
 
 // Request metadata for everything but reads of leases and events (noise); enough to
 // prove which resources a client asked for.
+// writeAdmissionConfig makes the apiserver present webhook-client.crt (signed by the
+// cluster CA) to every admission webhook, as a cluster admin does for webhooks that
+// authenticate their clients (Kubernetes: "Authenticate apiservers").
+func writeAdmissionConfig(dir string) error {
+	kubeconfig := filepath.Join(dir, "webhook-client.kubeconfig")
+	users := fmt.Sprintf("apiVersion: v1\nkind: Config\nusers:\n- name: \"*\"\n  user:\n    client-certificate: %s\n    client-key: %s\n",
+		filepath.Join(dir, "webhook-client.crt"), filepath.Join(dir, "webhook-client.key"))
+	if err := os.WriteFile(kubeconfig, []byte(users), 0o600); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n")
+	for _, name := range []string{"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"} {
+		fmt.Fprintf(&b, "- name: %s\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: %s\n", name, kubeconfig)
+	}
+	return os.WriteFile(filepath.Join(dir, "admission.yaml"), []byte(b.String()), 0o600)
+}
+
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]

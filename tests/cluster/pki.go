@@ -68,6 +68,32 @@ func writePKI(dir string) error {
 		return err
 	}
 
+	// The client certificate the apiserver presents to admission webhooks (see
+	// admissionConfig), so the e2e tests can prove a host started with
+	// --webhook-client-ca serves the apiserver and no one else.
+	whKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	whTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: "kube-apiserver-webhook-client"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	whDER, err := x509.CreateCertificate(rand.Reader, whTmpl, caCert, &whKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(filepath.Join(dir, "webhook-client.crt"), "CERTIFICATE", whDER); err != nil {
+		return err
+	}
+	if err := writeKey(filepath.Join(dir, "webhook-client.key"), whKey); err != nil {
+		return err
+	}
+
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err

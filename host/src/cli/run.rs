@@ -46,13 +46,23 @@ pub struct RunArgs {
     /// Linear memory of one plugin instance, in MiB.
     #[arg(long, env = "WASMOP_PLUGIN_MEMORY_MIB", default_value_t = 128)]
     plugin_memory_mib: usize,
+    /// What all plugin instances' linear memories may add up to, host-wide, in MiB (reconciles,
+    /// reviews and warm instances alike; keep it well below the container's memory limit).
+    #[arg(long, env = "WASMOP_PLUGIN_MEMORY_BUDGET_MIB", default_value_t = 640)]
+    plugin_memory_budget_mib: usize,
+    /// The share of --plugin-memory-budget-mib one plugin's instances may hold together, in percent.
+    #[arg(long, env = "WASMOP_PLUGIN_MEMORY_SHARE_PERCENT", default_value_t = 25, value_parser = clap::value_parser!(u8).range(1..=100))]
+    plugin_memory_share_percent: u8,
+    /// The most --compile-cache-dir may hold, in MiB; the least recently used code is evicted first.
+    #[arg(long, env = "WASMOP_COMPILE_CACHE_MAX_MIB", default_value_t = 192)]
+    compile_cache_max_mib: u64,
     /// The most memory a plugin's `wasmop.io/memory-mib` annotation may ask for, in MiB.
     #[arg(long, env = "WASMOP_PLUGIN_MEMORY_CEILING_MIB", default_value_t = 512)]
     plugin_memory_ceiling_mib: usize,
     /// The longest deadline a plugin's `wasmop.io/deadline-seconds` annotation may ask for.
     #[arg(long, env = "WASMOP_RECONCILE_DEADLINE_CEILING_SECONDS", default_value_t = 300)]
     reconcile_deadline_ceiling_seconds: u64,
-    /// Instances of one plugin alive at once (its annotation `wasmop.io/max-instances` may lower or raise it up to --max-instances).
+    /// Instances of one plugin alive at once (its annotation `wasmop.io/max-instances` may lower or raise it up to half of --max-instances).
     #[arg(long, env = "WASMOP_PLUGIN_MAX_INSTANCES", default_value_t = 16)]
     plugin_max_instances: u32,
     /// Meter wasm fuel: each call may burn this much (0: no metering; the deadline still bounds every call).
@@ -134,23 +144,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         cache_dir: args.compile_cache_dir.clone(),
         max_instances: args.max_instances,
         memory_ceiling: (args.plugin_memory_ceiling_mib.max(args.plugin_memory_mib)) << 20,
+        memory_budget: args.plugin_memory_budget_mib.saturating_mul(1 << 20),
+        memory_share: args.plugin_memory_budget_mib.saturating_mul(1 << 20) / 100
+            * args.plugin_memory_share_percent as usize,
+        cache_max_bytes: args.compile_cache_max_mib.saturating_mul(1 << 20),
         fuel: args.plugin_fuel > 0,
         compiler: args.plugin_compiler,
         perf_map: args.plugin_perf_map,
         ..Default::default()
     })?);
+    // One plugin may hold at most half the host-wide slots, annotation or not.
+    let plugin_slot_ceiling = (args.max_instances / 2).max(1);
     let limits = Limits {
         deadline: Duration::from_secs(args.reconcile_deadline_seconds),
         memory_bytes: args.plugin_memory_mib << 20,
         fuel: (args.plugin_fuel > 0).then_some(args.plugin_fuel),
-        max_instances: args.plugin_max_instances.min(args.max_instances),
+        max_instances: args.plugin_max_instances.min(plugin_slot_ceiling),
         ..Default::default()
     };
     let ceilings = wasmop::sources::Ceilings {
         deadline: Duration::from_secs(args.reconcile_deadline_ceiling_seconds.max(args.reconcile_deadline_seconds)),
         memory_bytes: args.plugin_memory_ceiling_mib.max(args.plugin_memory_mib) << 20,
         fuel: (args.plugin_fuel > 0).then_some(u64::MAX),
-        max_instances: args.max_instances,
+        max_instances: plugin_slot_ceiling,
     };
     let registry = Registry::new(runtime.clone());
     // An idle host gives back what bursts of work left in the heap.

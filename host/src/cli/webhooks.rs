@@ -34,9 +34,13 @@ pub struct WebhookArgs {
     /// Webhook configurations (by name) whose caBundle the host keeps set to its CA.
     #[arg(long, env = "WASMOP_WEBHOOK_CONFIGURATIONS", value_delimiter = ',')]
     webhook_configurations: Vec<String>,
-    /// Webhook connections served at once; more are closed on accept (each may buffer an 8 MiB review).
+    /// Webhook connections served at once; more are closed on accept.
     #[arg(long, env = "WASMOP_WEBHOOK_MAX_CONNECTIONS", default_value_t = 512)]
     webhook_max_connections: usize,
+    /// Only clients presenting a certificate signed by this CA (PEM) may connect: the apiserver,
+    /// given a client certificate through its AdmissionConfiguration (see OPERATIONS.md).
+    #[arg(long, env = "WASMOP_WEBHOOK_CLIENT_CA")]
+    webhook_client_ca: Option<PathBuf>,
     /// Deadline of one admission review, in seconds (below the configurations' timeoutSeconds).
     #[arg(long, env = "WASMOP_ADMISSION_DEADLINE_SECONDS", default_value_t = 8)]
     admission_deadline_seconds: u64,
@@ -66,7 +70,11 @@ pub async fn start(
             secret: args.webhook_cert_secret.as_deref().map(split).transpose()?,
         },
     };
-    let tls = Tls::load(&source, Some(client.clone())).await?;
+    let mut tls = Tls::load(&source, Some(client.clone())).await?;
+    if let Some(ca) = &args.webhook_client_ca {
+        tls.require_client_certs(ca)?;
+        tracing::info!(ca = %ca.display(), "webhook clients must present a certificate signed by the client CA");
+    }
     let reviewer = Arc::new(Reviewer {
         registry,
         backend,

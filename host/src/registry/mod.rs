@@ -10,6 +10,8 @@
 //!
 //! Controllers subscribe to [`RegistryEvent`]s to start, re-watch and stop.
 
+mod compiling;
+
 use crate::gateway::Permissions;
 use crate::metrics::{METRICS, labels};
 use crate::runtime::{Compiled, Limits, Runtime, RuntimeError};
@@ -161,7 +163,8 @@ pub struct Registry {
     plugins: Mutex<HashMap<String, Handle>>,
     /// Compiled code by sha256; weak so code no plugin uses is freed.
     compiled: Mutex<HashMap<[u8; 32], Weak<Compiled>>>,
-    /// One background tier-up at a time.
+    /// One compile at a time, and one background tier-up (see `compiling`).
+    compiling: Arc<tokio::sync::Semaphore>,
     optimizing: Arc<tokio::sync::Semaphore>,
     events: broadcast::Sender<RegistryEvent>,
 }
@@ -172,6 +175,7 @@ impl Registry {
             runtime,
             plugins: Mutex::default(),
             compiled: Mutex::default(),
+            compiling: Arc::new(tokio::sync::Semaphore::new(1)),
             optimizing: Arc::new(tokio::sync::Semaphore::new(1)),
             events: broadcast::channel(1024).0,
         })
@@ -310,54 +314,6 @@ impl Registry {
             let _ = self.events.send(RegistryEvent::Removed { name: name.to_owned() });
         }
         removed
-    }
-
-    async fn compile(&self, digest: [u8; 32], bytes: &Arc<[u8]>) -> Result<Arc<Compiled>, RuntimeError> {
-        if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
-            return Ok(c);
-        }
-        let rt = self.runtime.clone();
-        let b = bytes.clone();
-        let compiled = tokio::task::spawn_blocking(move || {
-            let c = rt.compile(&b);
-            crate::trim::release();
-            c
-        })
-        .await
-        .map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))??;
-        let compiled = Arc::new(compiled);
-        {
-            let mut cache = self.compiled.lock().unwrap();
-            cache.retain(|_, w| w.strong_count() > 0);
-            cache.insert(digest, Arc::downgrade(&compiled));
-        }
-        if self.runtime.wants_optimizing(&compiled) {
-            self.optimize_later(digest, &compiled, bytes.clone());
-        }
-        Ok(compiled)
-    }
-
-    /// Tier-up in the background, one plugin at a time so a host loading many plugins
-    /// keeps a core for reconciles. Skipped when no plugin uses the code any more.
-    fn optimize_later(&self, digest: [u8; 32], compiled: &Arc<Compiled>, bytes: Arc<[u8]>) {
-        let (rt, weak, queue) = (self.runtime.clone(), Arc::downgrade(compiled), self.optimizing.clone());
-        tokio::spawn(async move {
-            let Ok(_turn) = queue.acquire_owned().await else { return };
-            let _ = tokio::task::spawn_blocking(move || {
-                let Some(c) = weak.upgrade() else { return };
-                let t = std::time::Instant::now();
-                match rt.optimize(&c, &bytes) {
-                    Ok(()) => tracing::info!(
-                        sha256 = %hex::encode(digest), ms = t.elapsed().as_millis() as u64, "plugin code optimized"
-                    ),
-                    // The baseline code keeps serving; it is correct, only slower.
-                    Err(e) => tracing::warn!(sha256 = %hex::encode(digest), "cannot optimize plugin code: {e}"),
-                }
-                drop(c);
-                crate::trim::release();
-            })
-            .await;
-        });
     }
 }
 

@@ -18,6 +18,8 @@ impl Runtime {
         if !c.serves_admission() {
             return Ok(Vec::new());
         }
+        // Describing itself, like `manifest`: the short deadline, not the reconcile's.
+        let limits = &Limits { deadline: limits.deadline.min(super::DESCRIBE_DEADLINE), ..limits.clone() };
         let hs = self
             .call(c, name, None, limits, None, async |code, i, s| {
                 export(code)?.load(&mut *s, i)?.call_handlers(s, settings).await

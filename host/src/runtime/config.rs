@@ -59,12 +59,26 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// The largest `Limits::memory_bytes` any plugin may be given.
     pub memory_ceiling: usize,
+    /// What all instances' linear memories may add up to, host-wide (see `budget`).
+    /// Why 640 MiB: the deployment's container limit is 1 GiB, and the host itself
+    /// (watch caches, a compile, requests; about 100 MiB at 1,000 Memcacheds, see
+    /// BENCHMARKS.md) keeps the rest.
+    pub memory_budget: usize,
+    /// The most of `memory_budget` one plugin's instances may hold together. Why a
+    /// quarter (160 MiB by default): above the default instance cap of 128 MiB, so one
+    /// instance can always grow to its own cap, and three plugins that take all they
+    /// may still leave room for the others.
+    pub memory_share: usize,
     /// How often the epoch ticks: the granularity of deadlines and yields.
     pub tick: Duration,
     /// Where compiled code is kept across restarts, keyed by the plugin's sha256 and the
     /// engine's compatibility hash. Code loaded from here is trusted as-is, so only the
     /// host may write this directory. None: compile in memory only.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// The most the cache directory may hold; the least recently used code goes first.
+    /// Why 192 MiB: the deployment's cache volume is a 256 Mi emptyDir, and a compiled
+    /// plugin is a few MiB.
+    pub cache_max_bytes: u64,
     /// Meter fuel, so `Limits::fuel` can bound the work of one call. Off by default:
     /// the wall-clock deadline already bounds a call, and metering costs some speed.
     pub fuel: bool,
@@ -80,8 +94,11 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             max_instances: 64,
             memory_ceiling: 512 << 20,
+            memory_budget: 640 << 20,
+            memory_share: 160 << 20,
             tick: Duration::from_millis(10),
             cache_dir: None,
+            cache_max_bytes: 192 << 20,
             fuel: false,
             compiler: super::Compiler::default(),
             perf_map: false,

@@ -16,6 +16,9 @@ pub enum RuntimeError {
     Trap { kind: TrapKind, message: String },
     #[error("plugin exceeded its deadline of {0:?}")]
     Timeout(Duration),
+    /// The call could not start: the host-wide memory budget had no room for it.
+    #[error("{0}")]
+    Budget(String),
     #[error("plugin refused its settings: {0}")]
     Manifest(String),
     #[error("host is shutting down")]
@@ -31,6 +34,7 @@ impl RuntimeError {
             RuntimeError::Compile(_) => "compile",
             RuntimeError::Trap { kind, .. } => kind.as_str(),
             RuntimeError::Timeout(_) => "timeout",
+            RuntimeError::Budget(_) => "budget",
             RuntimeError::Manifest(_) => "manifest",
             RuntimeError::Closed => "closed",
         }
@@ -44,6 +48,11 @@ pub enum TrapKind {
     Panic,
     /// It tried to grow memory past its cap.
     Memory,
+    /// It tried to grow memory past its plugin's share of the host-wide budget, or the
+    /// budget itself.
+    Budget,
+    /// It handed a host call more data than the call may copy (host-call fuel).
+    PayloadTooLarge,
     StackOverflow,
     OutOfFuel,
     Other,
@@ -54,6 +63,8 @@ impl TrapKind {
         match self {
             TrapKind::Panic => "panic",
             TrapKind::Memory => "memory",
+            TrapKind::Budget => "budget",
+            TrapKind::PayloadTooLarge => "payload-too-large",
             TrapKind::StackOverflow => "stack-overflow",
             TrapKind::OutOfFuel => "fuel",
             TrapKind::Other => "trap",
@@ -75,6 +86,10 @@ pub(super) fn classify(e: wasmtime::Error) -> RuntimeError {
         Some(wasmtime::Trap::StackOverflow) => TrapKind::StackOverflow,
         Some(wasmtime::Trap::OutOfFuel) => TrapKind::OutOfFuel,
         Some(wasmtime::Trap::MemoryOutOfBounds) => TrapKind::Other,
+        // Our limiter's refusal (see `budget`) and wasmtime's host-call fuel; neither
+        // error type is a Trap.
+        _ if full.contains("host memory budget") => TrapKind::Budget,
+        _ if full.contains("fuel allocated for hostcalls has been exhausted") => TrapKind::PayloadTooLarge,
         _ if ["memory growth failure", "memory minimum size", "growing memory"].iter().any(|m| full.contains(m)) => {
             TrapKind::Memory
         }

@@ -1,22 +1,25 @@
 //! The per-call store state and the contract's imports, implemented over a [`Gateway`].
 
 use super::bindings::wasmop::operator::{cluster, events, log, types};
+use super::budget::Charge;
 use super::convert::{sdk_ref, to_wit};
 use crate::gateway::{self, Gateway};
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits};
 
-/// StoreLimits that also remember the largest linear memory the instance asked for,
-/// for the `wasmop_plugin_memory_bytes` gauge.
+/// StoreLimits (the instance's own caps) plus the instance's charge on the host-wide
+/// memory budget, and the largest linear memory the instance asked for, for the
+/// `wasmop_plugin_memory_bytes` gauge.
 pub struct Tracked {
     inner: StoreLimits,
+    pub(super) charge: Charge,
     peak: usize,
 }
 
 impl Tracked {
-    pub fn new(inner: StoreLimits) -> Self {
-        Tracked { inner, peak: 0 }
+    pub fn new(inner: StoreLimits, charge: Charge) -> Self {
+        Tracked { inner, charge, peak: 0 }
     }
 
     pub fn peak(&self) -> usize {
@@ -24,10 +27,24 @@ impl Tracked {
     }
 }
 
+/// What one instance may hold besides its linear memory. Why these: a component built
+/// by cargo-component links the main module, the WASI adapter and a few shims (about
+/// ten core instances, two memories, a handful of tables); wasmtime's defaults (10,000
+/// of each) would let one plugin exhaust the pooling allocator's slots.
+const MAX_CORE_INSTANCES: usize = 32;
+const MAX_TABLES: usize = 32;
+const MAX_MEMORIES: usize = 2;
+/// Entries of one table: the shipped plugins' largest function table has a few
+/// thousand.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
 impl ResourceLimiter for Tracked {
     fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
         let ok = self.inner.memory_growing(current, desired, maximum)?;
         if ok {
+            // The instance's own cap allowed it; now the host-wide budget must too, or
+            // the guest traps with the reason (the plugin that asked pays).
+            self.charge.grow(desired.saturating_sub(current)).map_err(wasmtime::Error::msg)?;
             self.peak = self.peak.max(desired);
         }
         Ok(ok)
@@ -95,7 +112,13 @@ impl WasiView for HostState {
 
 impl HostState {
     /// The state of a new instance for `plugin`, ready for its first call.
-    pub(super) fn new(plugin: Arc<str>, call: Call, limits: &super::Limits, memory_ceiling: usize) -> Self {
+    pub(super) fn new(
+        plugin: Arc<str>,
+        call: Call,
+        limits: &super::Limits,
+        memory_ceiling: usize,
+        charge: Charge,
+    ) -> Self {
         let (stdout, stderr) = super::output::PluginOutput::pair(plugin.clone(), limits.output_bytes);
         let mut wasi = wasmtime_wasi::WasiCtx::builder();
         wasi.stdout(stdout.clone()).stderr(stderr);
@@ -105,8 +128,13 @@ impl HostState {
             limits: Tracked::new(
                 wasmtime::StoreLimitsBuilder::new()
                     .memory_size(limits.memory_bytes.min(memory_ceiling))
+                    .instances(MAX_CORE_INSTANCES)
+                    .tables(MAX_TABLES)
+                    .memories(MAX_MEMORIES)
+                    .table_elements(MAX_TABLE_ELEMENTS)
                     .trap_on_grow_failure(true)
                     .build(),
+                charge,
             ),
             gateway: None,
             regarding: None,

@@ -16,6 +16,9 @@
 
 mod admission;
 mod bindings;
+mod budget;
+mod call;
+mod code_cache;
 mod config;
 mod convert;
 mod error;
@@ -24,21 +27,19 @@ mod output;
 mod tiers;
 mod warm;
 
-use host::HostState;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmop_sdk::{Action, Manifest, ObjectRef, ReconcileError};
-use wasmtime::Store;
 use wasmtime::component::Component;
 
 use crate::gateway::Gateway;
+pub use budget::MemoryBudget;
+use code_cache::CodeCache;
 use config::DESCRIBE_DEADLINE;
 pub use config::{Limits, RuntimeConfig};
-use error::classify;
 pub use error::{RuntimeError, TrapKind};
 use tiers::{Code, Tier};
 pub use tiers::{Compiled, Compiler};
-use warm::Warm;
 
 /// A plugin's instance cap and its semaphore.
 type PluginSlots = (u32, Arc<tokio::sync::Semaphore>);
@@ -54,6 +55,9 @@ pub struct Runtime {
     config: RuntimeConfig,
     /// Warm instances parked host-wide (at most `warm::HOST_WIDE`).
     parked: Arc<std::sync::atomic::AtomicUsize>,
+    /// What every instance's linear memories add up to (see `budget`).
+    budget: Arc<MemoryBudget>,
+    code_cache: Option<CodeCache>,
 }
 
 impl Runtime {
@@ -94,9 +98,16 @@ impl Runtime {
             baseline,
             slots: Arc::new(tokio::sync::Semaphore::new(n as usize)),
             plugin_slots: Default::default(),
+            budget: MemoryBudget::new(config.memory_budget, config.memory_share),
+            code_cache: config.cache_dir.clone().map(|d| CodeCache::new(d, config.cache_max_bytes)),
             config,
             parked: Default::default(),
         })
+    }
+
+    /// The host-wide memory budget the runtime's instances are held to.
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
     }
 
     /// Compiles and type-checks plugin bytes: with Winch when tiered (then call
@@ -136,46 +147,16 @@ impl Runtime {
         Ok(())
     }
 
-    /// Where `bytes`' Cranelift code lives in the cache directory: the name binds the
-    /// code to these exact bytes and this engine's settings.
-    fn cache_path(&self, bytes: &[u8]) -> Option<std::path::PathBuf> {
-        use sha2::Digest;
-        use std::hash::{Hash, Hasher};
-        let dir = self.config.cache_dir.as_ref()?;
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.optimizing.engine.precompile_compatibility_hash().hash(&mut h);
-        Some(dir.join(format!("{}-{:016x}.cwasm", hex::encode(sha2::Sha256::digest(bytes)), h.finish())))
-    }
-
     fn cached(&self, bytes: &[u8]) -> Option<Component> {
-        let path = self.cache_path(bytes).filter(|p| p.exists())?;
-        // SAFETY: the cache directory is written only by this host (see `cache_dir`),
-        // and the file name binds the code to these exact bytes and this engine.
-        match unsafe { Component::deserialize_file(&self.optimizing.engine, &path) } {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), "ignoring unreadable cached code: {e}");
-                None
-            }
-        }
+        self.code_cache.as_ref()?.load(&self.optimizing.engine, bytes)
     }
 
     /// Compiles with Cranelift and keeps the code in the cache directory, if any.
     fn compile_optimized(&self, bytes: &[u8]) -> Result<Component, RuntimeError> {
         let component =
             Component::new(&self.optimizing.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
-        let Some(path) = self.cache_path(bytes) else { return Ok(component) };
-        match component.serialize() {
-            Ok(code) => {
-                let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-                if let Err(e) = std::fs::create_dir_all(path.parent().unwrap_or(&path))
-                    .and_then(|_| std::fs::write(&tmp, code))
-                    .and_then(|_| std::fs::rename(&tmp, &path))
-                {
-                    tracing::warn!(path = %path.display(), "cannot write the code cache: {e}");
-                }
-            }
-            Err(e) => tracing::warn!("cannot serialize compiled code: {e}"),
+        if let Some(cache) = &self.code_cache {
+            cache.store(&self.optimizing.engine, bytes, &component);
         }
         Ok(component)
     }
@@ -224,120 +205,6 @@ impl Runtime {
             Ok(a) => Ok(Action { requeue_after: a.requeue_after_ms.map(Duration::from_millis) }),
             Err(e) => Err(ReconcileError { message: e.message, retry: e.retry }),
         })
-    }
-
-    /// One call on an instance of `c`: a fresh one, or with `warm` (the call's
-    /// settings) an idle one of the same code, settings and limits, parked again after
-    /// a clean return (see `warm`).
-    async fn call<R>(
-        &self,
-        c: &Compiled,
-        name: &str,
-        call: host::Call,
-        limits: &Limits,
-        warm: Option<&str>,
-        f: impl AsyncFnOnce(&Code, &wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
-    ) -> Result<R, RuntimeError> {
-        let plugin: Arc<str> = name.into();
-        // The plugin's own slot first: a plugin at its cap waits without holding a
-        // host-wide slot that another plugin could use.
-        let _mine =
-            self.plugin_slots(&plugin, limits.max_instances).acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
-        let _slot = self.slots.acquire().await.map_err(|_| RuntimeError::Closed)?;
-        // The code current when the call starts serves the whole call, even if a tier-up
-        // lands meanwhile.
-        let code = c.current();
-        let (mut store, instance, served) = match warm.and_then(|s| c.idle.take(name, &code, s, limits)) {
-            Some(mut w) => {
-                w.store.data_mut().begin(call, limits);
-                (w.store, Some(w.instance), w.served)
-            }
-            None => {
-                let state = HostState::new(plugin, call, limits, self.config.memory_ceiling);
-                let mut store = Store::new(code.pre.engine(), state);
-                store.limiter(|s| s.limiter());
-                (store, None, 0)
-            }
-        };
-        // Yield to the async runtime on every tick; the timeout below bounds the total.
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(throttle());
-        if self.config.fuel {
-            store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
-        }
-
-        let run = async {
-            let instance = match instance {
-                Some(i) => i,
-                None => code.pre.instantiate_async(&mut store).await?,
-            };
-            f(&code, &instance, &mut store).await.map(|r| (r, instance))
-        };
-        let r = match tokio::time::timeout(limits.deadline, run).await {
-            Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(classify(e)),
-        };
-        let peak = store.data().limits.peak() as i64;
-        crate::metrics::METRICS.plugin_memory.get_or_create(&crate::metrics::labels(&[("plugin", name)])).set(peak);
-        let (r, instance) = r?;
-        if let Some(settings) = warm {
-            store.data_mut().end();
-            let w = Warm {
-                code,
-                store,
-                instance,
-                settings: settings.to_owned(),
-                limits: limits.clone(),
-                served: served + 1,
-            };
-            c.idle.park(w, &self.parked);
-        }
-        Ok(r)
-    }
-
-    fn plugin_slots(&self, plugin: &Arc<str>, cap: u32) -> Arc<tokio::sync::Semaphore> {
-        let cap = cap.max(1);
-        let mut m = self.plugin_slots.lock().unwrap();
-        match m.get(plugin) {
-            Some((c, s)) if *c == cap => s.clone(),
-            // A new cap (the plugin's annotations changed): calls already holding
-            // slots of the old semaphore finish on it.
-            _ => {
-                let s = Arc::new(tokio::sync::Semaphore::new(cap as usize));
-                m.insert(plugin.clone(), (cap, s.clone()));
-                s
-            }
-        }
-    }
-}
-
-/// Compute ticks (10 ms each) a call may run at full speed. Why 10: a healthy
-/// reconcile or review computes for well under 10 ms; only runaway code gets here.
-const FULL_SPEED_TICKS: u32 = 10;
-/// What a runaway call sleeps per compute tick after that: it keeps at most ~10 % of a
-/// thread until its deadline, so spinning plugins cannot starve healthy ones of CPU.
-const THROTTLE_SLEEP: Duration = Duration::from_millis(90);
-
-/// The epoch callback: yield to the async runtime on every tick; once the call has
-/// computed for `FULL_SPEED_TICKS` consecutive ticks, also sleep. A tick counts as
-/// compute when it follows the previous one closely (a call waiting on a host call
-/// does not reach epoch checks, so after I/O the gap is long).
-fn throttle()
--> impl FnMut(wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> + Send + Sync + 'static
-{
-    let mut last = std::time::Instant::now();
-    let mut compute = 0u32;
-    move |_| {
-        let now = std::time::Instant::now();
-        if now.duration_since(last) < Duration::from_millis(15) {
-            compute += 1;
-        }
-        last = now;
-        if compute < FULL_SPEED_TICKS {
-            return Ok(wasmtime::UpdateDeadline::Yield(1));
-        }
-        Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(THROTTLE_SLEEP))))
     }
 }
 

@@ -104,7 +104,12 @@ fn base_config(config: &RuntimeConfig) -> Config {
         // enforced, by the pool's max_memory_size and the Store's limiter.
         .memory_reservation(4 << 30)
         .memory_guard_size(32 << 20)
-        .memory_reservation_for_growth(0);
+        .memory_reservation_for_growth(0)
+        // Compile on the calling thread only: the registry runs compiles on threads of
+        // low CPU priority (`registry::compiling`), and wasmtime's parallel compile
+        // would hand the work to a thread pool at normal priority, taking CPU from
+        // reconciles and reviews whenever a plugin ConfigMap changes.
+        .parallel_compilation(false);
     if config.perf_map {
         cfg.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
@@ -127,11 +132,29 @@ pub struct Compiled {
     code: Arc<ArcSwap<Code>>,
     size: usize,
     pub(super) idle: super::warm::Idle,
+    /// The bytes a pending tier-up will compile: held here, not by the queued tier-up,
+    /// so a version replaced before its turn frees them with itself.
+    source: Arc<std::sync::Mutex<Option<Arc<[u8]>>>>,
 }
 
 impl Compiled {
     pub(super) fn new(code: Code, size: usize) -> Compiled {
-        Compiled { code: Arc::new(ArcSwap::from_pointee(code)), size, idle: Default::default() }
+        Compiled {
+            code: Arc::new(ArcSwap::from_pointee(code)),
+            size,
+            idle: Default::default(),
+            source: Default::default(),
+        }
+    }
+
+    /// Keeps `bytes` for a tier-up to come (see [`Compiled::take_source`]).
+    pub fn keep_source(&self, bytes: Arc<[u8]>) {
+        *self.source.lock().unwrap() = Some(bytes);
+    }
+
+    /// The bytes kept for a tier-up, once.
+    pub fn take_source(&self) -> Option<Arc<[u8]>> {
+        self.source.lock().unwrap().take()
     }
 
     pub(super) fn current(&self) -> Arc<Code> {

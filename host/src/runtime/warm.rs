@@ -14,7 +14,9 @@
 //! only after a call
 //! that returned normally (a trap, a timeout or a host error drops it, as before); it
 //! is replaced after `Limits::reviews_per_instance` reviews, which bounds what a leak
-//! in the plugin can accumulate. Per-call budgets (logs, Events, output, deadline,
+//! in the plugin can accumulate; an instance that grew past an eighth of its plugin's
+//! share of the memory budget is dropped instead of parked, and a call that finds no
+//! room in the budget drops its plugin's idle instances first (see `budget`). Per-call budgets (logs, Events, output, deadline,
 //! fuel) start afresh on every call. Caveat: the plugin's own memory persists between
 //! the reviews one instance serves, as in any long-running webhook server; a plugin
 //! ConfigMap annotated `wasmop.io/reviews-per-instance: "1"` gets a fresh instance
@@ -77,6 +79,11 @@ impl Idle {
         let fits = |w: &Warm| &*w.store.data().plugin == plugin && w.settings == settings && w.limits == *limits;
         let i = idle.iter().rposition(|p| p.warm.as_ref().is_some_and(fits))?;
         idle.remove(i).warm.take()
+    }
+
+    /// Drops every idle instance, giving their memory back to the budget.
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
     }
 
     /// Parks `warm` for the next call, unless it has served its share or the host-wide

@@ -29,6 +29,8 @@ pub struct Ceilings {
     pub memory_bytes: usize,
     /// None: the host does not meter fuel, so `wasmop.io/fuel` is refused.
     pub fuel: Option<u64>,
+    /// Why not the host-wide slot count: one plugin must not be able to take every
+    /// slot (the host sets this to half of them).
     pub max_instances: u32,
 }
 
@@ -63,7 +65,8 @@ pub fn apply(
         l.deadline = clamp("deadline-seconds", Duration::from_secs(s.max(1)), ceilings.deadline);
     }
     if let Some(m) = number::<usize>(annotations, "memory-mib")? {
-        l.memory_bytes = clamp("memory-mib", m.max(1) << 20, ceilings.memory_bytes);
+        // Saturating: a huge number of MiB is "above the ceiling", not an overflow.
+        l.memory_bytes = clamp("memory-mib", m.max(1).saturating_mul(1 << 20), ceilings.memory_bytes);
     }
     if let Some(f) = number::<u64>(annotations, "fuel")? {
         let Some(ceiling) = ceilings.fuel else {
@@ -138,5 +141,17 @@ mod tests {
         assert!(e.contains("does not meter fuel"), "{e}");
         let e = apply(&ann(&[("allowed-kinds", "Deployment")]), &Limits::default(), &ceilings()).unwrap_err();
         assert!(e.contains("API_VERSION/KIND"), "{e}");
+    }
+
+    #[test]
+    fn huge_values_are_clamped_not_overflowed() {
+        let (l, _) = apply(
+            &ann(&[("memory-mib", &usize::MAX.to_string()), ("max-instances", "4000000000")]),
+            &Limits::default(),
+            &ceilings(),
+        )
+        .unwrap();
+        assert_eq!(l.memory_bytes, 256 << 20);
+        assert_eq!(l.max_instances, 8);
     }
 }

@@ -1,19 +1,38 @@
 //! Feeds source events into the registry and reports what it refuses.
+//!
+//! Flow: each plugin (its name and the place it comes from, see [`Place`]) has a lane
+//! of its own, a task that applies that plugin's events in order. Lanes run side by
+//! side, so a plugin that is slow to compile or to describe itself, or whose identity
+//! check waits on the apiserver, holds up no other plugin's load or removal.
+//!
+//! Guarantees: a plugin's events apply in the order its source sent them, except that a
+//! lane keeps only the newest event not yet started (each event is the plugin's whole
+//! state, so the newest says all), and that a plugin applies a new version at most once
+//! per [`MIN_RELOAD_INTERVAL`]: a ConfigMap rewritten ten times a second costs one
+//! compile a second, not ten, and the newest version still wins. A source's `Synced`
+//! counts once every lane has applied what was sent before it.
 
 use super::{SourceEvent, bytes};
 use crate::gateway::{Backend, EventType, Identities};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
 use crate::registry::{Place, PluginSpec, Registry};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
+use wasmop_sdk::ObjectRef;
 
 /// How often a version waiting for its ServiceAccount is tried again: the plugin starts
 /// soon after a cluster admin applies its RBAC, without anyone touching its ConfigMap.
 const IDENTITY_RETRY: Duration = Duration::from_secs(10);
-/// The longest an identity check may hold up the other plugins' loads and removals.
+/// The longest one identity check may take.
 const IDENTITY_CHECK: Duration = Duration::from_secs(10);
+/// The least time between two versions of one plugin. Why 1 s: an author's edit is
+/// applied at once (the first version after a quiet second does not wait), and a
+/// plugin rewritten in a loop takes at most one compile a second of the host's CPU.
+pub const MIN_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Applies every event to `registry` until the sources close. A rejected version is
 /// logged and, when it came from a cluster object, reported as a Warning Event
@@ -30,60 +49,193 @@ pub async fn drive(
     identities: Identities,
     health: Arc<Health>,
 ) {
-    let mut waiting: Vec<Box<PluginSpec>> = Vec::new();
-    let mut retry = tokio::time::interval_at(tokio::time::Instant::now() + IDENTITY_RETRY, IDENTITY_RETRY);
-    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let ev = tokio::select! {
-            ev = rx.recv() => match ev {
-                Some(ev) => ev,
-                None => break,
-            },
-            _ = retry.tick(), if !waiting.is_empty() => {
-                for spec in std::mem::take(&mut waiting) {
-                    match admit(&registry, &spec, &identities).await {
-                        Ok(()) => {}
-                        Err(("identity", _)) => waiting.push(spec),
-                        Err((kind, reason)) => report(&registry, &spec, kind, &reason, events.as_deref()).await,
+    let ctx = Arc::new(Ctx { registry, events, identities });
+    let mut lanes: HashMap<Key, Arc<Lane>> = HashMap::new();
+    while let Some(ev) = rx.recv().await {
+        lanes.retain(|_, l| !l.slot.lock().unwrap().closed);
+        let key = match &ev {
+            SourceEvent::Synced => {
+                let barriers: Vec<_> = lanes.values().map(|l| l.barrier()).collect();
+                let health = health.clone();
+                tokio::spawn(async move {
+                    for b in barriers {
+                        let _ = b.await;
                     }
-                }
+                    health.source_synced();
+                });
                 continue;
             }
-        };
-        match ev {
-            SourceEvent::Upsert(spec) => {
-                // A newer version replaces one still waiting.
-                waiting.retain(|w| !same(w, &spec.name, spec.place()));
-                if let Err((kind, reason)) = admit(&registry, &spec, &identities).await {
-                    report(&registry, &spec, kind, &reason, events.as_deref()).await;
-                    if kind == "identity" {
-                        waiting.push(spec);
-                    }
-                }
-            }
-            SourceEvent::Reject { spec, kind, reason } => {
-                waiting.retain(|w| !same(w, &spec.name, spec.place()));
-                report(&registry, &spec, kind, &reason, events.as_deref()).await
-            }
+            SourceEvent::Upsert(spec) | SourceEvent::Reject { spec, .. } => Key::of(&spec.name, spec.place()),
             SourceEvent::Remove { name, origin, origin_object } => {
-                waiting.retain(|w| !same(w, &name, Place::of(&origin, origin_object.as_ref())));
-                registry.remove(&name, &origin, origin_object.as_ref());
+                Key::of(name, Place::of(origin, origin_object.as_ref()))
             }
-            SourceEvent::Synced => health.source_synced(),
+        };
+        let mut ev = Some(ev);
+        while let Some(e) = ev.take() {
+            let lane = lanes.entry(key.clone()).or_insert_with(|| Lane::spawn(ctx.clone()));
+            if let Err(e) = lane.put(e) {
+                // That lane had just finished; a new one takes the event.
+                lanes.remove(&key);
+                ev = Some(e);
+            }
         }
     }
 }
 
-/// Whether `w` is a version of plugin `name` from `from`: the registry's own rule of
-/// which place a name belongs to.
-fn same(w: &PluginSpec, name: &str, from: Place<'_>) -> bool {
-    w.name == name && w.place() == from
+/// What every lane shares.
+struct Ctx {
+    registry: Arc<Registry>,
+    events: Option<Arc<dyn Backend>>,
+    identities: Identities,
+}
+
+/// A plugin's name and where it comes from: one lane each.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Key(String, Option<ObjectRef>, String);
+
+impl Key {
+    fn of(name: &str, place: Place<'_>) -> Self {
+        match place {
+            Place::Object(o) => Key(name.to_owned(), Some(o.clone()), String::new()),
+            Place::Dir(d) => Key(name.to_owned(), None, d.to_owned()),
+        }
+    }
+}
+
+/// One plugin's lane: the newest event not yet started, and who waits for it to drain.
+struct Lane {
+    slot: Mutex<Slot>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Slot {
+    next: Option<SourceEvent>,
+    drained: Vec<oneshot::Sender<()>>,
+    /// An event is being applied.
+    busy: bool,
+    /// The lane's task has ended; events go to a new lane.
+    closed: bool,
+}
+
+impl Lane {
+    fn spawn(ctx: Arc<Ctx>) -> Arc<Lane> {
+        let lane = Arc::new(Lane { slot: Default::default(), wake: Notify::new() });
+        tokio::spawn(lane.clone().run(ctx));
+        lane
+    }
+
+    /// Hands `ev` to the lane, replacing an event it has not started; Err: the lane has
+    /// ended.
+    fn put(&self, ev: SourceEvent) -> Result<(), SourceEvent> {
+        let mut s = self.slot.lock().unwrap();
+        if s.closed {
+            return Err(ev);
+        }
+        if s.next.is_some() {
+            METRICS.plugin_versions_superseded.inc();
+        }
+        s.next = Some(ev);
+        drop(s);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Resolves once the lane has applied every event handed to it so far.
+    fn barrier(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let mut s = self.slot.lock().unwrap();
+        if s.closed || (!s.busy && s.next.is_none()) {
+            let _ = tx.send(());
+        } else {
+            s.drained.push(tx);
+        }
+        rx
+    }
+
+    async fn run(self: Arc<Self>, ctx: Arc<Ctx>) {
+        // A version waiting for its identity, and when a version was last applied.
+        let mut waiting: Option<Box<PluginSpec>> = None;
+        let mut applied: Option<Instant> = None;
+        loop {
+            let wake = self.wake.notified();
+            let ev = {
+                let mut s = self.slot.lock().unwrap();
+                s.busy = s.next.is_some();
+                match s.next.take() {
+                    Some(ev) => Some(ev),
+                    None => {
+                        s.drained.drain(..).for_each(|tx| {
+                            let _ = tx.send(());
+                        });
+                        if waiting.is_none() && applied.is_none_or(|t| t.elapsed() >= MIN_RELOAD_INTERVAL) {
+                            // Nothing left to do: events from now on go to a new lane.
+                            s.closed = true;
+                            return;
+                        }
+                        None
+                    }
+                }
+            };
+            let Some(ev) = ev else {
+                tokio::select! {
+                    _ = wake => {}
+                    _ = tokio::time::sleep(IDENTITY_RETRY), if waiting.is_some() => {
+                        let spec = waiting.take().expect("a waiting version");
+                        match admit(&ctx, &spec).await {
+                            Ok(()) => applied = Some(Instant::now()),
+                            Err(("identity", _)) => waiting = Some(spec),
+                            Err((kind, reason)) => report(&ctx, &spec, kind, &reason).await,
+                        }
+                    }
+                    // Long enough for the reload interval to pass: the lane may end.
+                    _ = tokio::time::sleep(MIN_RELOAD_INTERVAL), if waiting.is_none() => {}
+                }
+                continue;
+            };
+            match ev {
+                SourceEvent::Upsert(spec) => {
+                    waiting = None;
+                    // Versions in a loop: wait out the interval (a newer one arriving
+                    // meanwhile replaces this one when it is put back).
+                    if let Some(due) = applied.map(|t| t + MIN_RELOAD_INTERVAL)
+                        && due > Instant::now()
+                    {
+                        tokio::time::sleep_until(due).await;
+                        let mut s = self.slot.lock().unwrap();
+                        if s.next.is_none() {
+                            s.next = Some(SourceEvent::Upsert(spec));
+                        } else {
+                            METRICS.plugin_versions_superseded.inc();
+                        }
+                        continue;
+                    }
+                    applied = Some(Instant::now());
+                    if let Err((kind, reason)) = admit(&ctx, &spec).await {
+                        report(&ctx, &spec, kind, &reason).await;
+                        if kind == "identity" {
+                            waiting = Some(spec);
+                        }
+                    }
+                }
+                SourceEvent::Reject { spec, kind, reason } => {
+                    waiting = None;
+                    report(&ctx, &spec, kind, &reason).await
+                }
+                SourceEvent::Remove { name, origin, origin_object } => {
+                    waiting = None;
+                    ctx.registry.remove(&name, &origin, origin_object.as_ref());
+                }
+                SourceEvent::Synced => {}
+            }
+        }
+    }
 }
 
 /// Checks the version's identity, decodes its bytes and applies it: Err(kind, reason).
-async fn admit(registry: &Registry, spec: &PluginSpec, identities: &Identities) -> Result<(), (&'static str, String)> {
+async fn admit(ctx: &Ctx, spec: &PluginSpec) -> Result<(), (&'static str, String)> {
     let mut spec = spec.clone();
-    match (identities, &spec.identity) {
+    match (&ctx.identities, &spec.identity) {
         (Identities::Host, _) => spec.identity = None,
         (Identities::ServiceAccounts(kube), Some(id)) => {
             let check = crate::gateway::verify_identity(kube.client(), &spec.name, id);
@@ -97,18 +249,18 @@ async fn admit(registry: &Registry, spec: &PluginSpec, identities: &Identities) 
         }
     }
     spec.bytes = bytes::decode(&spec.bytes).map_err(|e| ("decode", e.to_string()))?.into();
-    registry.apply(spec).await.map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
+    ctx.registry.apply(spec).await.map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
 }
 
-async fn report(registry: &Registry, spec: &PluginSpec, kind: &str, reason: &str, events: Option<&dyn Backend>) {
-    let serving = registry.get(&spec.name).map(|p| p.sha256.clone());
+async fn report(ctx: &Ctx, spec: &PluginSpec, kind: &str, reason: &str) {
+    let serving = ctx.registry.get(&spec.name).map(|p| p.sha256.clone());
     let previous = match &serving {
         Some(sha) => format!("the previous version (sha256 {}) keeps serving", &sha[..12]),
         None => "no version of it is serving".to_owned(),
     };
     METRICS.plugin_rejections.get_or_create(&labels(&[("plugin", &spec.name), ("reason", kind)])).inc();
     tracing::error!(plugin = %spec.name, origin = %spec.origin, reason = kind, "plugin version rejected: {reason}; {previous}");
-    if let (Some(events), Some(obj)) = (events, &spec.origin_object) {
+    if let (Some(events), Some(obj)) = (&ctx.events, &spec.origin_object) {
         let msg = format!(
             "{}: rejected ({kind}): {reason}; {previous}",
             spec.origin.rsplit('#').next().unwrap_or(&spec.name)

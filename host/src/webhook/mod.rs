@@ -10,6 +10,7 @@
 //! Every replica serves webhooks (leader election only gates reconciling); on shutdown
 //! the server stops accepting and lets in-flight reviews finish.
 
+mod body;
 pub mod ca_bundle;
 pub mod config;
 mod review;
@@ -20,9 +21,9 @@ pub use tls::{Pems, Tls, TlsSource, generate};
 
 use crate::metrics::METRICS;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use hyper_util::rt::TokioIo;
@@ -40,11 +41,6 @@ pub enum WebhookError {
     Config(String, String),
 }
 
-/// Why 8 MiB: a review carries the object and the old object, each up to the
-/// apiserver's 3 MiB request limit. [`ServerLimits::max_connections`] bounds how many
-/// such bodies can be buffered at once.
-const MAX_BODY: usize = 8 << 20;
-
 /// What one client may hold of the webhook server.
 #[derive(Clone, Copy, Debug)]
 pub struct ServerLimits {
@@ -54,24 +50,53 @@ pub struct ServerLimits {
     /// A request whose headers have not all arrived by then is dropped (hyper's own
     /// header timeout, off unless given a timer).
     pub headers: std::time::Duration,
+    /// A request's body not all arrived by then is refused (see `body`).
+    pub body: std::time::Duration,
     /// Connections served at once; one more is closed as soon as it is accepted. Why
     /// 512: the apiserver keeps a few dozen keep-alive connections per replica.
     pub max_connections: usize,
+    /// Connections still in their TLS handshake at once; one more is closed on accept.
+    /// Why 64: the apiserver opens connections a few at a time and then keeps them, so
+    /// clients that connect and never finish the handshake hold at most these, never
+    /// the slots of connections that are being served.
+    pub max_handshakes: usize,
+    /// The largest review body, and the bytes of bodies buffered at once (see `body`).
+    pub max_body: usize,
+    pub body_budget: usize,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
         let ten = std::time::Duration::from_secs(10);
-        ServerLimits { handshake: ten, headers: ten, max_connections: 512 }
+        ServerLimits {
+            handshake: ten,
+            headers: ten,
+            body: ten,
+            max_connections: 512,
+            max_handshakes: 64,
+            max_body: body::MAX_BODY,
+            body_budget: body::BODY_BUDGET,
+        }
     }
 }
 
+#[derive(Clone)]
+struct App {
+    reviewer: Arc<Reviewer>,
+    bodies: body::BodyBudget,
+}
+
 async fn handle(
-    State(r): State<Arc<Reviewer>>,
+    State(app): State<App>,
     Path((plugin, handler)): Path<(String, String)>,
-    body: Bytes,
+    req: Request<Body>,
 ) -> Response {
-    match r.review(&plugin, &handler, &body).await {
+    // The reservation is held until the answer is written: the body lives that long.
+    let (body, _reserved) = match app.bodies.read(req).await {
+        Ok(b) => b,
+        Err(refused) => return refused.into_response(),
+    };
+    match app.reviewer.review(&plugin, &handler, &body).await {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
     }
@@ -86,14 +111,13 @@ pub async fn serve(
     limits: ServerLimits,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), WebhookError> {
-    let app = Router::new()
-        .route("/{plugin}/{handler}", post(handle))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(reviewer);
+    let bodies = body::BodyBudget::new(limits.body_budget, limits.max_body, limits.body);
+    let app = Router::new().route("/{plugin}/{handler}", post(handle)).with_state(App { reviewer, bodies });
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| WebhookError::Bind(addr, e))?;
     let bound = listener.local_addr().map_err(|e| WebhookError::Bind(addr, e))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(limits.max_handshakes));
     let task = tokio::spawn(async move {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         tokio::pin!(stop);
@@ -108,9 +132,11 @@ pub async fn serve(
                     }
                 },
             };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
+            let (Ok(slot), Ok(handshaking)) =
+                (slots.clone().try_acquire_owned(), handshakes.clone().try_acquire_owned())
+            else {
                 METRICS.webhook_connections_refused.inc();
-                tracing::debug!(%peer, "webhook connection refused: {} connections open", limits.max_connections);
+                tracing::debug!(%peer, "webhook connection refused: the most connections (or handshakes) are open");
                 continue;
             };
             let _ = tcp.set_nodelay(true);
@@ -119,7 +145,9 @@ pub async fn serve(
             let watcher = graceful.watcher();
             tokio::spawn(async move {
                 let _slot = slot;
-                let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
+                let handshake = tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await;
+                drop(handshaking);
+                let tls = match handshake {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
                         tracing::debug!(%peer, "webhook TLS handshake failed: {e}");
@@ -145,12 +173,23 @@ pub async fn serve(
 }
 
 #[cfg(test)]
+mod client_auth_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
     use tokio::io::AsyncReadExt;
 
-    async fn server(limits: ServerLimits) -> (SocketAddr, Arc<Reviewer>) {
+    pub(super) async fn server(limits: ServerLimits) -> (SocketAddr, Arc<Reviewer>) {
+        server_with(limits, None).await.0
+    }
+
+    /// A server on loopback; with `client_ca`, clients need a certificate it signed.
+    /// Also returns the server's CA (PEM).
+    pub(super) async fn server_with(
+        limits: ServerLimits,
+        client_ca: Option<&std::path::Path>,
+    ) -> ((SocketAddr, Arc<Reviewer>), String) {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeConfig::default()).unwrap();
         let reviewer = Arc::new(Reviewer {
@@ -160,14 +199,17 @@ mod tests {
             caches: Arc::default(),
         });
         let source = TlsSource::Managed { names: vec!["127.0.0.1".into()], secret: None };
-        let tls = Tls::load(&source, None).await.unwrap();
+        let mut tls = Tls::load(&source, None).await.unwrap();
+        if let Some(ca) = client_ca {
+            tls.require_client_certs(ca).unwrap();
+        }
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let (addr, _task) = serve(addr, &tls, reviewer.clone(), limits, std::future::pending()).await.unwrap();
-        (addr, reviewer)
+        ((addr, reviewer), tls.ca_pem.clone().unwrap())
     }
 
     /// Seconds until the server closes a connection that never speaks (None: still open after `wait`).
-    async fn closed_after(c: &mut tokio::net::TcpStream, wait: Duration) -> Option<Duration> {
+    pub(super) async fn closed_after(c: &mut tokio::net::TcpStream, wait: Duration) -> Option<Duration> {
         let t = Instant::now();
         match tokio::time::timeout(wait, c.read(&mut [0u8; 64])).await {
             Ok(Ok(0)) | Ok(Err(_)) => Some(t.elapsed()),
@@ -177,8 +219,12 @@ mod tests {
 
     #[tokio::test]
     async fn silent_clients_are_dropped_and_connections_beyond_the_cap_refused() {
-        let limits =
-            ServerLimits { handshake: Duration::from_millis(300), headers: Duration::from_secs(1), max_connections: 2 };
+        let limits = ServerLimits {
+            handshake: Duration::from_millis(300),
+            headers: Duration::from_secs(1),
+            max_connections: 2,
+            ..Default::default()
+        };
         let (addr, _) = server(limits).await;
         let mut held = Vec::new();
         for _ in 0..2 {

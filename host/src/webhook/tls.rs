@@ -31,6 +31,10 @@ pub enum TlsSource {
 pub struct Tls {
     pub ca_pem: Option<String>,
     resolver: Arc<Resolver>,
+    /// With `--webhook-client-ca`: only clients presenting a certificate this CA signed
+    /// (the apiserver, configured with an AdmissionConfiguration kubeconfig) complete
+    /// the handshake, so no one else can run plugin code or read its answers.
+    client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 }
 
 impl Tls {
@@ -39,7 +43,7 @@ impl Tls {
             TlsSource::Files { cert, key } => {
                 let resolver = Arc::new(Resolver(ArcSwap::from_pointee(read_files(cert, key)?)));
                 tokio::spawn(watch_files(resolver.clone(), cert.clone(), key.clone()));
-                Ok(Tls { ca_pem: None, resolver })
+                Ok(Tls { ca_pem: None, resolver, client_verifier: None })
             }
             TlsSource::Managed { names, secret } => {
                 let pems = match (secret, client) {
@@ -47,13 +51,34 @@ impl Tls {
                     _ => generate(names)?,
                 };
                 let key = certified(pems.cert.as_bytes(), pems.key.as_bytes())?;
-                Ok(Tls { ca_pem: Some(pems.ca), resolver: Arc::new(Resolver(ArcSwap::from_pointee(key))) })
+                let resolver = Arc::new(Resolver(ArcSwap::from_pointee(key)));
+                Ok(Tls { ca_pem: Some(pems.ca), resolver, client_verifier: None })
             }
         }
     }
 
+    /// Requires every client to present a certificate signed by a CA in `ca_file` (PEM).
+    pub fn require_client_certs(&mut self, ca_file: &Path) -> Result<(), WebhookError> {
+        let e = |m: String| WebhookError::Tls(format!("client CA {}: {m}", ca_file.display()));
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(ca_file).map_err(|x| e(x.to_string()))? {
+            roots.add(c.map_err(|x| e(x.to_string()))?).map_err(|x| e(x.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(e("no certificate in the file".into()));
+        }
+        let v = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).build().map_err(|x| e(x.to_string()))?;
+        self.client_verifier = Some(v);
+        Ok(())
+    }
+
     pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
-        let mut cfg = rustls::ServerConfig::builder().with_no_client_auth().with_cert_resolver(self.resolver.clone());
+        let builder = rustls::ServerConfig::builder();
+        let builder = match &self.client_verifier {
+            Some(v) => builder.with_client_cert_verifier(v.clone()),
+            None => builder.with_no_client_auth(),
+        };
+        let mut cfg = builder.with_cert_resolver(self.resolver.clone());
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
         Arc::new(cfg)
     }

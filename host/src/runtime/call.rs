@@ -1,0 +1,179 @@
+//! One bounded call on a plugin instance: the slots, the memory budget and the
+//! deadline every reconcile, review and describe call goes through.
+//!
+//! Flow: the plugin's own slot, then a host-wide slot, then (for a fresh instance) room
+//! in the memory budget, then instantiate and call — all of it inside the call's
+//! deadline, so a flood of reviews or reconciles queues no longer than the deadline
+//! its caller was promised, and gets a clear fault when it cannot start. A warm
+//! instance (reviews only, see `warm`) skips instantiation and already holds its
+//! memory.
+//!
+//! While it runs, the epoch callback yields to the async runtime on every tick and
+//! holds runaway compute to a share of a thread (see [`throttle`]); the Store's limiter
+//! holds the instance to its memory cap, the host-wide budget and wasmtime's counts of
+//! instances, tables and memories; host-call fuel bounds what one host call may copy
+//! out of the guest.
+
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::Store;
+
+use super::budget::{ENTRY_ROOM, waited};
+use super::error::classify;
+use super::host::{self, HostState};
+use super::tiers::Code;
+use super::warm::Warm;
+use super::{Compiled, Limits, Runtime, RuntimeError};
+
+/// What a host call may copy out of the guest besides the payload itself (a log line's
+/// fields, an object reference): the payload check (`Limits::max_payload`) then refuses
+/// an oversized object with a clear message instead of wasmtime copying 128 MiB first.
+const HOSTCALL_SLACK: usize = 256 << 10;
+
+/// Where a call was when its deadline passed, for the fault it reports.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Slots,
+    Memory,
+    Running,
+}
+
+impl Runtime {
+    /// One call on an instance of `c`: a fresh one, or with `warm` (the call's
+    /// settings) an idle one of the same code, settings and limits, parked again after
+    /// a clean return (see `warm`).
+    pub(super) async fn call<R>(
+        &self,
+        c: &Compiled,
+        name: &str,
+        call: host::Call,
+        limits: &Limits,
+        warm: Option<&str>,
+        f: impl AsyncFnOnce(&Code, &wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, RuntimeError> {
+        let plugin: Arc<str> = name.into();
+        let mut phase = Phase::Slots;
+        let mut peak = None;
+        let run = async {
+            // The plugin's own slot first: a plugin at its cap waits without holding a
+            // host-wide slot that another plugin could use.
+            let _mine = self
+                .plugin_slots(&plugin, limits.max_instances)
+                .acquire_owned()
+                .await
+                .map_err(|_| RuntimeError::Closed)?;
+            let _slot = self.slots.acquire().await.map_err(|_| RuntimeError::Closed)?;
+            // The code current when the call starts serves the whole call, even if a
+            // tier-up lands meanwhile.
+            let code = c.current();
+            let (mut store, instance, served) = match warm.and_then(|s| c.idle.take(name, &code, s, limits)) {
+                Some(mut w) => {
+                    w.store.data_mut().begin(call, limits);
+                    (w.store, Some(w.instance), w.served)
+                }
+                None => {
+                    phase = Phase::Memory;
+                    if !self.budget.has_room(name, ENTRY_ROOM) {
+                        // This plugin's idle instances go first: it pays for itself.
+                        c.idle.clear();
+                        self.budget.wait_for_room(name, ENTRY_ROOM).await;
+                    }
+                    let charge = self.budget.charge(plugin.clone());
+                    let state = HostState::new(plugin.clone(), call, limits, self.config.memory_ceiling, charge);
+                    let mut store = Store::new(code.pre.engine(), state);
+                    store.limiter(|s| s.limiter());
+                    (store, None, 0)
+                }
+            };
+            phase = Phase::Running;
+            // Yield to the async runtime on every tick; the timeout bounds the total.
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(throttle());
+            store.set_hostcall_fuel(limits.max_payload.saturating_add(HOSTCALL_SLACK));
+            if self.config.fuel {
+                store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
+            }
+            let instance = match instance {
+                Some(i) => Ok(i),
+                None => code.pre.instantiate_async(&mut store).await,
+            };
+            let r = match instance {
+                Ok(i) => f(&code, &i, &mut store).await.map(|r| (r, i)),
+                Err(e) => Err(e),
+            };
+            peak = Some(store.data().limits.peak());
+            let (r, instance) = r.map_err(classify)?;
+            if let Some(settings) = warm
+                && store.data().limits.charge.parkable()
+            {
+                store.data_mut().end();
+                let w = Warm {
+                    code,
+                    store,
+                    instance,
+                    settings: settings.to_owned(),
+                    limits: limits.clone(),
+                    served: served + 1,
+                };
+                c.idle.park(w, &self.parked);
+            }
+            Ok(r)
+        };
+        let r = tokio::time::timeout(limits.deadline, run).await;
+        let r = match r {
+            Err(_) if phase == Phase::Memory => Err(RuntimeError::Budget(waited(limits.deadline))),
+            Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
+            Ok(r) => r,
+        };
+        if let Some(peak) = peak {
+            let l = crate::metrics::labels(&[("plugin", name)]);
+            crate::metrics::METRICS.plugin_memory.get_or_create(&l).set(peak as i64);
+        }
+        crate::metrics::METRICS.memory_budget_used.set(self.budget.used() as i64);
+        r
+    }
+
+    fn plugin_slots(&self, plugin: &Arc<str>, cap: u32) -> Arc<tokio::sync::Semaphore> {
+        let cap = cap.max(1);
+        let mut m = self.plugin_slots.lock().unwrap();
+        match m.get(plugin) {
+            Some((c, s)) if *c == cap => s.clone(),
+            // A new cap (the plugin's annotations changed): calls already holding
+            // slots of the old semaphore finish on it.
+            _ => {
+                let s = Arc::new(tokio::sync::Semaphore::new(cap as usize));
+                m.insert(plugin.clone(), (cap, s.clone()));
+                s
+            }
+        }
+    }
+}
+
+/// Compute ticks (10 ms each) a call may run at full speed. Why 10: a healthy
+/// reconcile or review computes for well under 10 ms; only runaway code gets here.
+const FULL_SPEED_TICKS: u32 = 10;
+/// What a runaway call sleeps per compute tick after that: it keeps at most ~10 % of a
+/// thread until its deadline, so spinning plugins cannot starve healthy ones of CPU.
+const THROTTLE_SLEEP: Duration = Duration::from_millis(90);
+
+/// The epoch callback: yield to the async runtime on every tick; once the call has
+/// computed for `FULL_SPEED_TICKS` consecutive ticks, also sleep. A tick counts as
+/// compute when it follows the previous one closely (a call waiting on a host call
+/// does not reach epoch checks, so after I/O the gap is long).
+fn throttle()
+-> impl FnMut(wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> + Send + Sync + 'static
+{
+    let mut last = std::time::Instant::now();
+    let mut compute = 0u32;
+    move |_| {
+        let now = std::time::Instant::now();
+        if now.duration_since(last) < Duration::from_millis(15) {
+            compute += 1;
+        }
+        last = now;
+        if compute < FULL_SPEED_TICKS {
+            return Ok(wasmtime::UpdateDeadline::Yield(1));
+        }
+        Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(THROTTLE_SLEEP))))
+    }
+}

@@ -1,0 +1,90 @@
+//! The webhook server against hostile and unauthenticated clients, on loopback: with
+//! `--webhook-client-ca` a client without a certificate that CA signed cannot run a
+//! review; clients stuck in their handshake cannot take the serving connections.
+
+use super::tests::{closed_after, server_with};
+use super::*;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A client CA (PEM, written to `dir`) and a client certificate + key it signed.
+fn client_ca(dir: &std::path::Path) -> (std::path::PathBuf, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let path = dir.join("client-ca.crt");
+    std::fs::write(&path, ca.pem()).unwrap();
+    let mut leaf = CertificateParams::new(vec!["kube-apiserver".to_owned()]).unwrap();
+    leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = leaf.signed_by(&key, &ca).unwrap();
+    (path, cert.pem(), key.serialize_pem())
+}
+
+/// Posts a review to `/probe/check` and returns the first line of the answer, or the
+/// error that ended the exchange.
+async fn post(addr: SocketAddr, server_ca: &str, client: Option<(&str, &str)>) -> Result<String, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(server_ca.as_bytes()).unwrap()).unwrap();
+    let b = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let cfg = match client {
+        Some((cert, key)) => b
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => b.with_no_client_auth(),
+    };
+    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls =
+        tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(name, tcp).await.map_err(|e| e.to_string())?;
+    let body = r#"{"request": {"uid": "1", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "operation": "CREATE"}}"#;
+    let req = format!("POST /probe/check HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+    tls.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut answer))
+        .await
+        .map_err(|_| "no answer".to_owned())?
+        .map_err(|e| e.to_string())?;
+    if n == 0 {
+        return Err("closed without an answer".into());
+    }
+    Ok(String::from_utf8_lossy(&answer[..n]).lines().next().unwrap_or_default().to_owned())
+}
+
+#[tokio::test]
+async fn with_a_client_ca_only_clients_it_signed_get_an_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = client_ca(dir.path());
+    let ((addr, _), server_ca) = server_with(ServerLimits::default(), Some(&ca)).await;
+    let e = post(addr, &server_ca, None).await.expect_err("no certificate: refused");
+    assert!(e.contains("CertificateRequired") || e.contains("closed") || e.contains("reset"), "{e}");
+    // Signed by another CA: refused too.
+    let other = tempfile::tempdir().unwrap();
+    let (_, other_cert, other_key) = client_ca(other.path());
+    post(addr, &server_ca, Some((&other_cert, &other_key))).await.expect_err("a stranger's certificate: refused");
+    let ok = post(addr, &server_ca, Some((&cert, &key))).await.expect("the apiserver's certificate: served");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+}
+
+#[tokio::test]
+async fn clients_stuck_in_their_handshake_do_not_take_the_serving_slots() {
+    let limits = ServerLimits { max_handshakes: 3, handshake: Duration::from_secs(5), ..Default::default() };
+    let ((addr, _), server_ca) = server_with(limits, None).await;
+    let mut stuck = Vec::new();
+    for _ in 0..3 {
+        stuck.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut fourth = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert!(closed_after(&mut fourth, Duration::from_millis(300)).await.is_some(), "a fourth handshake is refused");
+    drop(stuck);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let ok = post(addr, &server_ca, None).await.expect("served once the stuck clients are gone");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+}

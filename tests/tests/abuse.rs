@@ -1,0 +1,254 @@
+//! The host under abuse, on the real apiserver: its webhook server serves only the
+//! apiserver when given a client CA, and plugins that take all the memory they may are
+//! held to their share of the host-wide budget while a neighbour keeps working.
+
+use anyhow::{Result, anyhow, bail};
+use std::process::Command;
+use std::time::Duration;
+use wasmop_e2e::*;
+
+/// The local control plane's state directory (its CA signs the client certificate the
+/// apiserver presents to webhooks: tests/cluster/pki.go).
+fn cluster_state() -> std::path::PathBuf {
+    std::path::Path::new(&kubeconfig()).parent().expect("kubeconfig in the state directory").to_owned()
+}
+
+/// `curl` a review to `url` with `args`: (curl's exit code, HTTP status or 0).
+fn curl(url: &str, args: &[&str]) -> (i32, u16) {
+    let body = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","kind":{"group":"","version":"v1","kind":"ConfigMap"},"operation":"CREATE","namespace":"x","object":{"data":{"admission":"deny"}}}}"#;
+    let out = Command::new("curl")
+        .args(["-s", "-k", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "-X", "POST", "-d", body])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    let code = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+    (out.status.code().unwrap_or(-1), code)
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn with_a_client_ca_the_webhook_server_answers_the_apiserver_and_no_one_else() -> Result<()> {
+    let ns = Namespace::new("client-ca");
+    let state = cluster_state();
+    let ca = state.join("ca.crt");
+    let port = free_port();
+    let name = format!("client-ca-{}", ns.0);
+    let probe = plugin_path("probe.wasm");
+    let _host = Host::start(
+        &[("probe", &probe, &format!("namespace: {}", ns.0))],
+        &[
+            "--webhooks",
+            "--webhook-bind-address",
+            &format!("127.0.0.1:{port}"),
+            "--webhook-configurations",
+            &name,
+            "--webhook-client-ca",
+            ca.to_str().unwrap(),
+        ],
+    )?;
+    let _configs = WebhookConfigs::apply(&name, port, &[&probe], &[&ns.0])?;
+    wait_for_ca_bundle(&name)?;
+
+    // The apiserver presents its webhook client certificate: its review reaches the
+    // plugin, whose denial the user sees.
+    let cm = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: denied, namespace: {}}}\ndata: {{admission: deny}}\n",
+        ns.0
+    );
+    let denied =
+        eventually("the apiserver's review answered by the plugin", Duration::from_secs(30), || match apply(&cm) {
+            Ok(out) => bail!("admitted: {out}"),
+            Err(e) if e.contains("the probe denies") => Ok(e),
+            Err(e) => bail!("not the plugin's denial yet: {e}"),
+        })?;
+    assert!(denied.contains("data.admission"), "{denied}");
+    let allowed = cm.replace("name: denied", "name: allowed").replace("admission: deny", "admission: allow");
+    apply(&allowed).map_err(|e| anyhow!("an allowed ConfigMap is created: {e}"))?;
+    // The audit log shows the apiserver refusing the create with the plugin's message.
+    let log = audit_log();
+    let refused = log.iter().any(|e| {
+        e["objectRef"]["name"] == "denied"
+            && e["objectRef"]["namespace"] == ns.0.as_str()
+            && e["verb"] == "create"
+            && e["responseStatus"]["message"].as_str().is_some_and(|m| m.contains("the probe denies"))
+    });
+    assert!(refused, "the audit log records the create denied by the plugin's webhook");
+
+    // Anyone else: no certificate, or one the CA did not sign, gets no TLS session, so
+    // cannot run plugin code or read what it answers.
+    let url = format!("https://127.0.0.1:{port}/probe/check");
+    let (exit, status) = curl(&url, &[]);
+    assert!(
+        exit != 0 && status == 0,
+        "no client certificate: refused at the handshake (curl exit {exit}, HTTP {status})"
+    );
+    let stranger = tempfile::tempdir()?;
+    let key = stranger.path().join("k.pem");
+    let crt = stranger.path().join("c.pem");
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=stranger", "-keyout", key.to_str().unwrap(), "-out", crt.to_str().unwrap()])
+        .output()?;
+    assert!(made.status.success(), "openssl: {}", String::from_utf8_lossy(&made.stderr));
+    let (exit, status) = curl(&url, &["--cert", crt.to_str().unwrap(), "--key", key.to_str().unwrap()]);
+    assert!(exit != 0 && status == 0, "a self-signed certificate: refused (curl exit {exit}, HTTP {status})");
+    // The apiserver's own client certificate works from here too: the check is the
+    // certificate, not the address.
+    let (crt, key) = (state.join("webhook-client.crt"), state.join("webhook-client.key"));
+    let (exit, status) = curl(&url, &["--cert", crt.to_str().unwrap(), "--key", key.to_str().unwrap()]);
+    assert_eq!((exit, status), (0, 200), "the CA-signed client certificate is served");
+    Ok(())
+}
+
+fn metric(host: &Host, name: &str) -> Result<f64> {
+    let (_, text) = host.http_get("/metrics")?;
+    text.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| anyhow!("no metric {name}"))
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn plugins_that_grab_memory_are_held_to_their_share_and_a_neighbour_keeps_working() -> Result<()> {
+    let greedy = Namespace::new("greedy");
+    let calm = Namespace::new("calm");
+    let hostile = plugin_path("hostile.wasm");
+    // 96 MiB host-wide, a plugin at most half: two greedy plugins could each take all
+    // their instances may (128 MiB) four times over, without the budget.
+    let host = Host::start(
+        &[
+            ("greedy-a", &hostile, &format!("namespace: {}", greedy.0)),
+            ("probe", &plugin_path("probe.wasm"), &format!("namespace: {}", calm.0)),
+        ],
+        &["--plugin-memory-budget-mib", "96", "--plugin-memory-share-percent", "50"],
+    )?;
+    for i in 0..4 {
+        let cm = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: grab-{i}, namespace: {}, labels: {{hostile: \"true\"}}}}\ndata: {{mode: grab}}\n",
+            greedy.0
+        );
+        apply(&cm).map_err(|e| anyhow!(e))?;
+    }
+    // The plugin that asked pays: its reconciles trap with a budget fault naming its share.
+    let fault = eventually("a budget fault on a greedy object", Duration::from_secs(60), || {
+        for i in 0..4 {
+            if let Some((_, m)) = warnings(&greedy.0, &format!("grab-{i}"))
+                .into_iter()
+                .find(|(r, m)| r == "PluginFault" && m.contains("(budget)"))
+            {
+                return Ok(m);
+            }
+        }
+        bail!("no budget fault yet")
+    })?;
+    assert!(fault.contains("greedy-a") && fault.contains("share of 48 MiB"), "{fault}");
+    // Meanwhile the neighbour reconciles as usual.
+    let cm = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: beside, namespace: {}, labels: {{probe: \"true\"}}}}\ndata: {{value: \"1\"}}\n",
+        calm.0
+    );
+    apply(&cm).map_err(|e| anyhow!(e))?;
+    eventually("the neighbour's ServiceAccount", Duration::from_secs(30), || {
+        let sa = get_json(&["serviceaccount", "beside-probe", "-n", &calm.0]).ok_or_else(|| anyhow!("none yet"))?;
+        if sa["metadata"]["annotations"]["probe/value"] == "1" { Ok(()) } else { bail!("{sa}") }
+    })?;
+    // Never above the budget, whatever the greedy plugin asks.
+    for _ in 0..10 {
+        let used = metric(&host, "wasmop_plugin_memory_budget_used_bytes")?;
+        assert!(used <= (96u64 << 20) as f64, "budget used {used} bytes");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (_, metrics) = host.http_get("/metrics")?;
+    assert!(metrics.contains(r#"wasmop_plugin_faults_total{plugin="greedy-a",kind="budget"}"#), "{metrics}");
+    Ok(())
+}
+
+/// `wasm` with a custom section appended: the same plugin, new bytes (a new sha256, so
+/// a new compile), as a ConfigMap rewritten with new plugin code would carry.
+fn variant(wasm: &[u8], n: u32) -> Vec<u8> {
+    fn leb(mut v: usize, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            out.push(if v == 0 { b } else { b | 0x80 });
+            if v == 0 {
+                break;
+            }
+        }
+    }
+    let name = b"wasmop-test";
+    let payload = n.to_le_bytes();
+    let mut section = Vec::new();
+    leb(name.len(), &mut section);
+    section.extend_from_slice(name);
+    section.extend_from_slice(&payload);
+    let mut out = wasm.to_vec();
+    out.push(0);
+    leb(section.len(), &mut out);
+    out.extend_from_slice(&section);
+    out
+}
+
+/// A plugin ConfigMap `configmap` in `ns` carrying `bytes` as plugin `name`.
+fn packed(bytes: &[u8], name: &str, configmap: &str, ns: &str, settings: &str) -> Result<String> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join(format!("{name}.wasm"));
+    std::fs::write(&file, bytes)?;
+    pack_plugin(&file, name, configmap, ns, settings, &[])
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn a_plugin_slow_to_load_holds_up_no_other_and_a_rewrite_loop_costs_one_load_a_second() -> Result<()> {
+    let ns = Namespace::new("loading");
+    let settings = format!("namespace: {}", ns.0);
+    let probe = std::fs::read(plugin_path("probe.wasm"))?;
+    let host = Host::start(&[], &["--plugins-configmaps", "--plugins-namespace", &ns.0])?;
+    // `stuck`'s manifest never returns (refused at the 10 s describe deadline); `quick`
+    // arrives just after it and must not wait for it.
+    for name in ["stuck", "quick"] {
+        kubectl(&["create", "serviceaccount", name, "-n", &ns.0]).map_err(|e| anyhow!(e))?;
+        kubectl(&["annotate", "serviceaccount", name, "-n", &ns.0, &format!("wasmop.io/plugin={name}")])
+            .map_err(|e| anyhow!(e))?;
+    }
+    grant(&plugin_path("probe.wasm"), "quick", &settings, &ns.0)?;
+    let hostile = std::fs::read(plugin_path("hostile.wasm"))?;
+    apply_server_side(&packed(&hostile, "stuck", "stuck", &ns.0, "mode: manifest-loop\n")?).map_err(|e| anyhow!(e))?;
+    apply_server_side(&packed(&probe, "quick", "quick", &ns.0, &settings)?).map_err(|e| anyhow!(e))?;
+    eventually("stuck refused", Duration::from_secs(60), || {
+        let logs = host.logs();
+        let at = |plugin: &str, what: &str| logs.lines().position(|l| l.contains(plugin) && l.contains(what));
+        match (at("plugin=quick", "plugin loaded"), at("plugin=stuck", "rejected")) {
+            (_, None) => bail!("stuck not refused yet"),
+            (Some(q), Some(r)) if q < r => Ok(()),
+            _ => Err(anyhow!("quick waited for stuck's refusal:\n{logs}")),
+        }
+    })?;
+
+    // Rewritten with new code twenty times as fast as kubectl goes: every version is
+    // taken in, at most one a second is loaded, and the newest one serves.
+    let writes = 20;
+    let started = std::time::Instant::now();
+    let mut last = String::new();
+    for n in 0..writes {
+        let bytes = variant(&probe, n);
+        use sha2::Digest;
+        last = hex::encode(sha2::Sha256::digest(&bytes));
+        apply_server_side(&packed(&bytes, "quick", "quick", &ns.0, &settings)?).map_err(|e| anyhow!(e))?;
+    }
+    let took = started.elapsed();
+    eventually("the newest version serves", Duration::from_secs(30), || {
+        let (_, plugins) = host.http_get("/plugins")?;
+        if plugins.contains(&last) { Ok(()) } else { bail!("{plugins}") }
+    })?;
+    let loads = metric(&host, r#"wasmop_plugin_loads_total{plugin="quick"}"#)?;
+    let superseded = metric(&host, "wasmop_plugin_versions_superseded_total")?;
+    // One load at first, then at most one per second of rewriting (plus the last).
+    let bound = 1.0 + took.as_secs_f64().ceil() + 1.0;
+    assert!(loads <= bound, "{loads} loads for {writes} versions written in {took:?}");
+    assert!(superseded >= 1.0, "versions overtaken by newer ones were never loaded: {superseded}");
+    Ok(())
+}
