@@ -35,6 +35,7 @@ pub struct Metrics {
     pub plugin_memory: Family<Labels, Gauge>,
     pub memory_budget_used: Gauge,
     pub plugin_versions_superseded: Counter,
+    pub throttled: Family<Labels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -63,6 +64,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         plugin_memory: Family::default(),
         memory_budget_used: Gauge::default(),
         plugin_versions_superseded: Counter::default(),
+        throttled: Family::default(),
         registry: Registry::default(),
         info_labels: Default::default(),
     };
@@ -109,6 +111,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "wasmop_plugin_versions_superseded",
         "Plugin versions replaced by a newer one before they were applied",
         m.plugin_versions_superseded.clone(),
+    );
+    registry.register(
+        "wasmop_plugin_calls_throttled",
+        "Plugin calls held to a share of a thread after computing for 100 ms without a host call",
+        m.throttled.clone(),
     );
     registry.register("wasmop_leader", "1 while this replica holds the leader Lease (reconciles)", m.leader.clone());
     registry.register(

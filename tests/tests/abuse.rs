@@ -252,3 +252,47 @@ fn a_plugin_slow_to_load_holds_up_no_other_and_a_rewrite_loop_costs_one_load_a_s
     assert!(superseded >= 1.0, "versions overtaken by newer ones were never loaded: {superseded}");
     Ok(())
 }
+
+/// Sum of a counter's series whose labels contain `labels`.
+fn counter_sum(host: &Host, name: &str, labels: &str) -> Result<f64> {
+    let (_, text) = host.http_get("/metrics")?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(name) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn a_reconcile_of_thousands_of_host_calls_runs_at_full_speed_and_a_spinning_one_is_throttled() -> Result<()> {
+    let busy = Namespace::new("busy");
+    let spin = Namespace::new("spin");
+    let host = Host::start(
+        &[
+            ("probe", &plugin_path("probe.wasm"), &format!("namespace: {}", busy.0)),
+            ("hostile", &plugin_path("hostile.wasm"), &format!("namespace: {}", spin.0)),
+        ],
+        &["--reconcile-deadline-seconds", "10"],
+    )?;
+    let cm = |ns: &str, label: &str, mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c, namespace: {ns}, labels: {{{label}: \"true\"}}}}\ndata: {{mode: \"{mode}\"}}\n"
+        )
+    };
+    apply(&cm(&busy.0, "probe", "calls:2000")).map_err(|e| anyhow!(e))?;
+    apply(&cm(&spin.0, "hostile", "loop")).map_err(|e| anyhow!(e))?;
+    eventually("the spinning plugin throttled", Duration::from_secs(60), || {
+        let n = counter_sum(&host, "wasmop_plugin_calls_throttled_total", r#"plugin="hostile""#)?;
+        if n >= 1.0 { Ok(()) } else { bail!("not yet") }
+    })?;
+    eventually("the busy reconcile's 2,000 reads done", Duration::from_secs(60), || {
+        let n = counter_sum(&host, "wasmop_host_calls_total", r#"plugin="probe""#)?;
+        if n >= 2000.0 { Ok(()) } else { bail!("{n} calls") }
+    })?;
+    let ok = counter_sum(&host, "wasmop_reconciles_total", r#"plugin="probe",result="ok""#)?;
+    assert!(ok >= 1.0, "the busy reconcile finished within its 10 s deadline");
+    let throttled = counter_sum(&host, "wasmop_plugin_calls_throttled_total", r#"plugin="probe""#)?;
+    assert_eq!(throttled, 0.0, "a reconcile that waits on the apiserver is not runaway compute");
+    Ok(())
+}

@@ -177,11 +177,16 @@ fn swaps_during_a_burst_lose_nothing_and_never_overlap_an_object() -> Result<()>
         let build = if round % 2 == 0 { "probe-v2.wasm" } else { "probe.wasm" };
         apply_server_side(&pack(work.path(), &plugin_path(build), &ns.0)?).map_err(|e| anyhow!(e))?;
     }
-    // The last swap put v2 in place; one more change lands on every object.
-    eventually("all six versions loaded", Duration::from_secs(60), || {
-        let n = host.logs().matches("plugin loaded plugin=probe").count();
-        if n >= 6 { Ok(()) } else { bail!("{n} loads") }
+    // The last swap put v2 in place (versions that a newer one overtook before they
+    // loaded were skipped: the newest wins); one more change lands on every object.
+    let out = Command::new("sha256sum").arg(plugin_path("probe-v2.wasm")).output()?;
+    let v2 = String::from_utf8(out.stdout)?.split_whitespace().next().unwrap_or_default().to_owned();
+    eventually("the last version (v2) serves", Duration::from_secs(60), || {
+        let (_, plugins) = host.http_get("/plugins")?;
+        if plugins.contains(&v2) { Ok(()) } else { bail!("{plugins}") }
     })?;
+    let loads = host.logs().matches("plugin loaded plugin=probe").count();
+    assert!((2..=6).contains(&loads), "{loads} versions loaded of six");
     let all: String = names.iter().map(|n| format!("---\n{}", probe_cm(&ns.0, n, "final"))).collect();
     apply(&all).map_err(|e| anyhow!(e))?;
     for n in &names {

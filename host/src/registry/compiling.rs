@@ -1,13 +1,18 @@
-//! Compiling plugin bytes for the registry, with bounds: off the async runtime, on a
-//! thread of low CPU priority, one compile at a time, within [`COMPILE_TIME`].
+//! Compiling plugin bytes for the registry, with bounds: off the async runtime, one
+//! compile at a time on one thread (wasmtime's parallel compile is off, see `tiers`),
+//! within [`COMPILE_TIME`]; the background tier-up one at a time too, and only for a
+//! version that is still serving [`TIER_UP_DELAY`] after it loaded.
 //!
 //! Why: a compile is the heaviest thing the host does (Cranelift takes seconds and tens
 //! of MiB for a 1 MB plugin), and anyone who may write a plugin ConfigMap can ask for
-//! one as often as they like. One at a time bounds the memory compiles take together;
-//! the low priority (`nice` 10, tier-ups 19) lets reconciles and admission reviews have
-//! the CPU first; the time cap turns a compile that does not end into a rejected
-//! version instead of a stuck load. Compiled code is shared by sha256, so the same
-//! bytes under many names compile once.
+//! one as often as the source lets them (once a second per plugin, see
+//! `sources::driver`). One at a time bounds the memory compiles take together and
+//! leaves the other core to reconciles and reviews; the delay means a plugin rewritten
+//! in a loop costs no Cranelift work at all (each version is gone before its tier-up
+//! starts); the time cap turns a compile that does not end into a rejected version
+//! instead of a stuck load. Compiled code is shared by sha256, so the same bytes under
+//! many names compile once. (Lowering the compile threads' CPU priority was tried and
+//! dropped: on a busy machine a niced compile starved for minutes.)
 //!
 //! Caveat: wasmtime cannot cancel a compile; one past its time cap runs on to its end
 //! on its own thread, holding the compile turn, so later compiles wait for it (within
@@ -23,10 +28,11 @@ use std::time::Duration;
 /// any real plugin, and a load that waits longer is stuck.
 pub const COMPILE_TIME: Duration = Duration::from_secs(60);
 
-/// CPU priorities (nice values) of compile threads: below reconciles and reviews, and
-/// the background tier-up below a compile someone is waiting for.
-const COMPILE_NICE: i32 = 10;
-const TIER_UP_NICE: i32 = 19;
+/// How long a version must have been serving before its tier-up starts. Why 2 s:
+/// longer than the least time between two versions of one plugin (1 s), so versions
+/// in a loop never tier up; short enough that steady-state speed arrives within
+/// seconds of a real reload.
+pub const TIER_UP_DELAY: Duration = Duration::from_secs(2);
 
 impl Registry {
     pub(super) async fn compile(&self, digest: [u8; 32], bytes: &Arc<[u8]>) -> Result<Arc<Compiled>, RuntimeError> {
@@ -40,7 +46,7 @@ impl Registry {
                 return Ok(Got::Shared(c));
             }
             let (rt, b) = (self.runtime.clone(), bytes.clone());
-            low_priority("wasmop-compile", COMPILE_NICE, move || {
+            off_runtime(move || {
                 let _turn = turn;
                 let c = rt.compile(&b);
                 crate::trim::release();
@@ -75,11 +81,15 @@ impl Registry {
     fn optimize_later(&self, digest: [u8; 32], compiled: &Arc<Compiled>) {
         let (rt, weak, queue) = (self.runtime.clone(), Arc::downgrade(compiled), self.optimizing.clone());
         tokio::spawn(async move {
+            tokio::time::sleep(TIER_UP_DELAY).await;
+            if weak.strong_count() == 0 {
+                return;
+            }
             let Ok(turn) = queue.acquire_owned().await else { return };
             if weak.strong_count() == 0 {
                 return;
             }
-            let _ = low_priority("wasmop-tier-up", TIER_UP_NICE, move || {
+            let _ = off_runtime(move || {
                 let _turn = turn;
                 let Some(c) = weak.upgrade() else { return };
                 let Some(bytes) = c.take_source() else { return };
@@ -105,39 +115,7 @@ enum Got {
     Shared(Arc<Compiled>),
 }
 
-/// Runs `f` on a new thread of CPU priority `nice`; its result, or Err if it panicked.
-async fn low_priority<T: Send + 'static>(
-    name: &str,
-    nice: i32,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, RuntimeError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            #[cfg(target_os = "linux")]
-            // SAFETY: setpriority on this thread's own id only lowers its priority.
-            unsafe {
-                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                libc::setpriority(libc::PRIO_PROCESS, tid, nice);
-            }
-            let _ = tx.send(f());
-        })
-        .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
-    rx.await.map_err(|_| RuntimeError::Compile("the compile thread panicked".into()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn compiles_run_at_low_priority() {
-        let nice = low_priority("t", COMPILE_NICE, || unsafe {
-            libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t)
-        })
-        .await
-        .unwrap();
-        assert_eq!(nice, COMPILE_NICE);
-    }
+/// Runs `f` on a blocking thread; its result, or Err if it panicked.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, RuntimeError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))
 }

@@ -88,7 +88,7 @@ impl Runtime {
             phase = Phase::Running;
             // Yield to the async runtime on every tick; the timeout bounds the total.
             store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(throttle());
+            store.epoch_deadline_callback(throttle(plugin.clone()));
             store.set_hostcall_fuel(limits.max_payload.saturating_add(HOSTCALL_SLACK));
             if self.config.fuel {
                 store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
@@ -149,30 +149,46 @@ impl Runtime {
     }
 }
 
-/// Compute ticks (10 ms each) a call may run at full speed. Why 10: a healthy
-/// reconcile or review computes for well under 10 ms; only runaway code gets here.
-const FULL_SPEED_TICKS: u32 = 10;
-/// What a runaway call sleeps per compute tick after that: it keeps at most ~10 % of a
-/// thread until its deadline, so spinning plugins cannot starve healthy ones of CPU.
+/// Guest compute a call may do at full speed. Why 100 ms: a healthy reconcile or
+/// review computes for well under that; only runaway code gets here.
+const FULL_SPEED: Duration = Duration::from_millis(100);
+/// What a runaway call sleeps per tick after that: it keeps at most ~10 % of a thread
+/// until its deadline, so spinning plugins cannot starve healthy ones of CPU.
 const THROTTLE_SLEEP: Duration = Duration::from_millis(90);
+/// A gap between two ticks longer than this was not all compute (the call was waiting
+/// for a thread, or throttled).
+const TICK_SLACK: Duration = Duration::from_millis(15);
 
 /// The epoch callback: yield to the async runtime on every tick; once the call has
-/// computed for `FULL_SPEED_TICKS` consecutive ticks, also sleep. A tick counts as
-/// compute when it follows the previous one closely (a call waiting on a host call
-/// does not reach epoch checks, so after I/O the gap is long).
-fn throttle()
--> impl FnMut(wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> + Send + Sync + 'static
+/// computed for [`FULL_SPEED`] in all, also sleep. What counts is the guest's own
+/// compute: the time between two ticks when it made no host call in between and the
+/// gap is about one tick. A reconcile that makes thousands of host calls (each one an
+/// apiserver round trip) is never held back; a loop that calls nothing is. Caveat: a
+/// loop that makes a host call every tick is not counted; its deadline still ends it.
+fn throttle(
+    plugin: Arc<str>,
+) -> impl FnMut(wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> + Send + Sync + 'static
 {
     let mut last = std::time::Instant::now();
-    let mut compute = 0u32;
-    move |_| {
+    let mut calls = 0u64;
+    let mut computed = Duration::ZERO;
+    let mut throttled = false;
+    move |store| {
         let now = std::time::Instant::now();
-        if now.duration_since(last) < Duration::from_millis(15) {
-            compute += 1;
+        let made = store.data().host_calls;
+        let gap = now.duration_since(last);
+        if made == calls && gap < TICK_SLACK {
+            computed += gap;
         }
-        last = now;
-        if compute < FULL_SPEED_TICKS {
+        (last, calls) = (now, made);
+        if computed < FULL_SPEED {
             return Ok(wasmtime::UpdateDeadline::Yield(1));
+        }
+        if !throttled {
+            throttled = true;
+            tracing::debug!(plugin = %plugin, ?computed, "plugin call throttled: runaway compute");
+            let l = crate::metrics::labels(&[("plugin", &plugin)]);
+            crate::metrics::METRICS.throttled.get_or_create(&l).inc();
         }
         Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(THROTTLE_SLEEP))))
     }

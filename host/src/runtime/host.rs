@@ -102,6 +102,9 @@ pub struct HostState {
     pub(super) reported: std::collections::HashSet<&'static str>,
     /// The budget of the plugin's stdout and stderr.
     pub(super) output: super::output::PluginOutput,
+    /// Host calls made so far (cluster, Events, logs): the throttle tells time spent in
+    /// them from the guest's own compute (see `call::throttle`).
+    pub(super) host_calls: u64,
 }
 
 impl WasiView for HostState {
@@ -144,6 +147,7 @@ impl HostState {
             log_budget: 0,
             event_budget: 0,
             output: stdout,
+            host_calls: 0,
         };
         state.begin(call, limits);
         state
@@ -173,7 +177,8 @@ impl HostState {
         &mut self.limits
     }
 
-    fn gateway(&self) -> Result<&Gateway, types::Error> {
+    fn gateway(&mut self) -> Result<&Gateway, types::Error> {
+        self.host_calls += 1;
         self.gateway
             .as_ref()
             .ok_or_else(|| types::Error::Forbidden("no cluster access while computing the manifest".into()))
@@ -323,6 +328,7 @@ impl events::Host for HostState {
         reason: String,
         message: String,
     ) -> wasmtime::Result<()> {
+        self.host_calls += 1;
         let Some(g) = self.gateway.clone() else { return Ok(()) };
         if self.event_budget == 0 {
             return Ok(());
@@ -342,6 +348,7 @@ impl events::Host for HostState {
 
 impl log::Host for HostState {
     async fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) -> wasmtime::Result<()> {
+        self.host_calls += 1;
         if self.log_budget == 0 {
             return Ok(());
         }

@@ -9,10 +9,13 @@
 //! trapped instance is simply dropped; admission reviews may run on a warm instance of
 //! the same plugin version instead (`warm`).
 //!
-//! Every call is bounded: a wall-clock deadline (the epoch ticker makes the guest yield
-//! every tick, so a spinning plugin never blocks a runtime thread and the deadline can
-//! fire), a memory cap, a cap on any payload the plugin hands the host, log, Event and
-//! output budgets, and a host-wide cap on concurrent instances.
+//! Every call is bounded (`call`): a wall-clock deadline that covers waiting for a slot
+//! too (the epoch ticker makes the guest yield every tick, so a spinning plugin never
+//! blocks a runtime thread and the deadline can fire), a memory cap per instance inside
+//! a host-wide memory budget with a share per plugin (`budget`), a cap on any payload
+//! the plugin hands the host, log, Event and output budgets, and host-wide and
+//! per-plugin caps on concurrent instances. Compiled code may be kept on disk, under a
+//! size cap (`code_cache`).
 
 mod admission;
 mod bindings;

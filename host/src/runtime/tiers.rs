@@ -105,10 +105,9 @@ fn base_config(config: &RuntimeConfig) -> Config {
         .memory_reservation(4 << 30)
         .memory_guard_size(32 << 20)
         .memory_reservation_for_growth(0)
-        // Compile on the calling thread only: the registry runs compiles on threads of
-        // low CPU priority (`registry::compiling`), and wasmtime's parallel compile
-        // would hand the work to a thread pool at normal priority, taking CPU from
-        // reconciles and reviews whenever a plugin ConfigMap changes.
+        // Compile on the calling thread only: the registry runs one compile at a time
+        // (`registry::compiling`), so a compile takes at most one core, and the others
+        // stay with reconciles and reviews whenever a plugin ConfigMap changes.
         .parallel_compilation(false);
     if config.perf_map {
         cfg.profiler(wasmtime::ProfilingStrategy::PerfMap);
