@@ -9,7 +9,8 @@
 //! controller-runtime's defaults, which tolerate an apiserver blip without churn.
 //!
 //! Guarantee: with `renew_deadline` < `lease_duration`, a deposed leader stops before
-//! any other candidate can see the Lease expire. Caveat: that holds only while the
+//! any other candidate can see the Lease expire (a renewal unanswered at the deadline
+//! counts as failed; the caller then has the difference to abort its work). Caveat: that holds only while the
 //! replicas' clocks *advance* at the same rate (they need not agree on the time).
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -53,6 +54,9 @@ pub struct Elector {
     cfg: Config,
     /// The last Lease seen and when this replica first saw it in that state.
     observed: Option<(LeaseSpec, Instant)>,
+    /// When the last successful take or renewal was sent: what the renew deadline
+    /// counts from (sent, not answered: others may see the renewal from then on).
+    renewed: Instant,
 }
 
 fn now() -> MicroTime {
@@ -61,7 +65,7 @@ fn now() -> MicroTime {
 
 impl Elector {
     pub fn new(client: kube::Client, cfg: Config) -> Self {
-        Elector { api: Api::namespaced(client, &cfg.namespace), cfg, observed: None }
+        Elector { api: Api::namespaced(client, &cfg.namespace), cfg, observed: None, renewed: Instant::now() }
     }
 
     pub fn config(&self) -> &Config {
@@ -71,8 +75,10 @@ impl Elector {
     /// Returns once this replica holds the Lease.
     pub async fn acquire(&mut self) {
         loop {
+            let sent = Instant::now();
             match self.try_acquire_or_renew().await {
                 Ok(true) => {
+                    self.renewed = sent;
                     tracing::info!(lease = %self.cfg.name, identity = %self.cfg.identity, "became the leader");
                     crate::metrics::METRICS.leader.set(1);
                     return;
@@ -86,19 +92,23 @@ impl Elector {
 
     /// Renews until renewing has failed for `renew_deadline`; returns when leadership
     /// is lost. Run it beside the leader's work and stop the work when it returns.
+    /// An attempt still unanswered at the deadline is given up: a hung apiserver must
+    /// not keep this replica leading past the point where others may take over.
     pub async fn hold(&mut self) {
-        let mut last_renew = Instant::now();
         loop {
             tokio::time::sleep(self.cfg.retry_period).await;
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renew = Instant::now(),
-                Ok(false) => {
+            let left = self.cfg.renew_deadline.saturating_sub(self.renewed.elapsed());
+            let sent = Instant::now();
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => self.renewed = sent,
+                Ok(Ok(false)) => {
                     tracing::warn!(lease = %self.cfg.name, "another replica took the lease");
                     break;
                 }
-                Err(e) => tracing::warn!("cannot renew the lease: {e}"),
+                Ok(Err(e)) => tracing::warn!("cannot renew the lease: {e}"),
+                Err(_) => tracing::warn!("renewing the lease timed out"),
             }
-            if last_renew.elapsed() >= self.cfg.renew_deadline {
+            if self.renewed.elapsed() >= self.cfg.renew_deadline {
                 tracing::warn!(lease = %self.cfg.name, "lease not renewed within the renew deadline");
                 break;
             }

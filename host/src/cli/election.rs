@@ -1,7 +1,7 @@
 //! `wasmop run`'s leader-election flags, and running the controllers only while leader.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use wasmop::controllers::{Manager, Shared};
 use wasmop::leader::{Config, Elector};
@@ -34,8 +34,15 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 }
 
 /// Runs the controllers until `stop` turns true: at once without leader election, or
-/// in turns of leadership with it. On stop, in-flight reconciles get `grace` to finish;
-/// then the Lease is released.
+/// in turns of leadership with it. On stop, in-flight reconciles get `grace` to finish
+/// (the leader renewing meanwhile); then whatever still runs is aborted and the Lease
+/// released.
+///
+/// Deposed (renewing failed for the renew deadline, or another replica took the
+/// Lease), the controllers are aborted and awaited before this replica tries to lead
+/// again: no reconcile of it may run once another replica can lead. That leaves
+/// `lease_duration - renew_deadline` (5 s by default) for the abort, which cancels each
+/// reconcile at its next await and so takes milliseconds; the time is logged.
 pub async fn run_controllers(
     args: &ElectionArgs,
     client: kube::Client,
@@ -46,7 +53,7 @@ pub async fn run_controllers(
     grace: Duration,
 ) -> anyhow::Result<()> {
     if !args.leader_elect {
-        Manager::new(shared).run(registry, stopped(stop)).await;
+        Manager::new(shared).run(registry, stopped(stop), std::future::pending()).await;
         return Ok(());
     }
     if args.leader_election_renew_deadline_seconds >= args.leader_election_lease_duration_seconds {
@@ -67,13 +74,18 @@ pub async fn run_controllers(
             _ = elector.acquire() => {}
             _ = stopped(stop.clone()) => return Ok(()),
         }
-        let manager = Manager::new(shared.clone()).run(registry.clone(), stopped(stop.clone()));
+        let (depose, deposed) = tokio::sync::oneshot::channel::<()>();
+        let deposed = async {
+            let _ = deposed.await;
+        };
+        let manager = Manager::new(shared.clone()).run(registry.clone(), stopped(stop.clone()), deposed);
         tokio::pin!(manager);
         tokio::select! {
-            // Deposed: stop reconciling at once (dropping the manager aborts its
-            // controllers and their in-flight reconciles): the next leader redoes them.
             _ = elector.hold() => {
-                tracing::warn!("lost leadership: stopped reconciling; waiting to lead again");
+                let started = Instant::now();
+                let _ = depose.send(());
+                manager.as_mut().await;
+                tracing::warn!(took = ?started.elapsed(), "lost leadership: in-flight reconciles aborted; waiting to lead again");
             }
             // Only on stop (or when the registry goes away): nothing left to lead.
             _ = &mut manager => {
@@ -81,8 +93,15 @@ pub async fn run_controllers(
                 return Ok(());
             }
             _ = stopped(stop.clone()) => {
-                if tokio::time::timeout(grace, &mut manager).await.is_err() {
-                    tracing::warn!(?grace, "grace period over with reconciles still running");
+                let why = tokio::select! {
+                    r = tokio::time::timeout(grace, manager.as_mut()) => r.err().map(|_| "grace period over"),
+                    _ = elector.hold() => Some("lost leadership"),
+                };
+                if let Some(why) = why {
+                    let started = Instant::now();
+                    let _ = depose.send(());
+                    manager.as_mut().await;
+                    tracing::warn!(?grace, took = ?started.elapsed(), "{why} with reconciles still running: aborted them");
                 }
                 elector.release().await;
                 return Ok(());

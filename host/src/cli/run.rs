@@ -37,6 +37,9 @@ pub struct RunArgs {
     /// Concurrent reconciles per plugin.
     #[arg(long, env = "WASMOP_WORKERS", default_value_t = 4)]
     workers: usize,
+    /// The shortest requeue-after honoured, in milliseconds: a reconcile asking for less (0 included) is requeued after this.
+    #[arg(long, env = "WASMOP_MIN_REQUEUE_MS", default_value_t = 1000)]
+    min_requeue_ms: u64,
     /// Wasm instances alive at once, host-wide.
     #[arg(long, env = "WASMOP_MAX_INSTANCES", default_value_t = 64)]
     max_instances: u32,
@@ -220,7 +223,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     .context("cannot start the webhook server")?;
 
     let client = kube.client().clone();
-    let shared = Arc::new(Shared { kube, runtime, workers: args.workers, health, caches });
+    let min_requeue = Duration::from_millis(args.min_requeue_ms);
+    let shared = Arc::new(Shared { kube, runtime, workers: args.workers, health, caches, min_requeue });
     // Controllers stop taking work and drain in-flight reconciles; whatever is still
     // running after the grace period is abandoned (reconciles are idempotent, and the
     // next leader or start converges it).

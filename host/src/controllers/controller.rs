@@ -9,8 +9,11 @@
 //!
 //! Guarantees: a reconcile already running when the plugin is swapped finishes on the
 //! old version; the next uses the new one. Stopping closes the queue and waits for
-//! in-flight reconciles; nothing is cancelled half-way. A primary deleted while the
-//! watch was down is reconciled once after the re-list (with `current` = none).
+//! in-flight reconciles; nothing is cancelled half-way. Aborting (a deposed leader)
+//! cancels in-flight reconciles and returns only once every worker has ended, so no
+//! write of this replica can follow it; a dropped [`super::Running`] aborts too, so a
+//! controller is never left running detached. A primary deleted while the watch was
+//! down is reconciled once after the re-list (with `current` = none).
 
 use super::backoff::Backoff;
 use super::queue::Queue;
@@ -39,42 +42,22 @@ pub struct Shared {
     /// Where synced primary caches are published for cached reads (reconciles and
     /// admission reviews of the same plugin).
     pub caches: Arc<Caches>,
+    /// The shortest `requeue-after` honoured; shorter answers (0 included) wait this
+    /// long. Why 1 s by default: a plugin answering 0 would otherwise reconcile at full
+    /// speed, a core and a stream of apiserver requests per object; once a second still
+    /// serves a plugin that polls something outside the cluster, and anything needing
+    /// to react faster should watch it instead.
+    pub min_requeue: Duration,
 }
 
 type Cache = crate::gateway::ObjectCache;
 
-/// A running controller; [`Running::stop`] ends it gracefully.
-pub struct Running {
-    stop: watch::Sender<bool>,
-    resync: Arc<tokio::sync::Notify>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    /// Reconciles every primary again, for example because a new plugin version (new
-    /// code or new settings) should apply to objects that did not change.
-    pub fn resync(&self) {
-        self.resync.notify_one();
-    }
-
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
-}
-
-pub fn spawn(name: String, handle: Handle, shared: Arc<Shared>) -> Running {
-    let (stop, stopped) = watch::channel(false);
-    let resync = Arc::new(tokio::sync::Notify::new());
-    let task = tokio::spawn(run(name, handle, shared, stopped, resync.clone()));
-    Running { stop, resync, task }
-}
-
-async fn run(
+/// One controller, until `ending` asks it to drain or abort (see [`super::Running`]).
+pub(super) async fn run(
     name: String,
     handle: Handle,
     shared: Arc<Shared>,
-    mut stopped: watch::Receiver<bool>,
+    mut ending: watch::Receiver<super::Ending>,
     resync: Arc<tokio::sync::Notify>,
 ) {
     let (manifest, permissions, identity) = {
@@ -84,9 +67,14 @@ async fn run(
     shared.health.controller(&name, false);
     let streams = loop {
         // Watches run as the plugin, so its caches hold only what it may read.
-        let watched = match shared.kube.for_identity(identity.as_ref()) {
-            Ok(kube) => watches::streams(&kube, &manifest, &permissions).await,
-            Err(e) => Err(e),
+        let watched = tokio::select! {
+            w = async {
+                match shared.kube.for_identity(identity.as_ref()) {
+                    Ok(kube) => watches::streams(&kube, &manifest, &permissions).await,
+                    Err(e) => Err(e),
+                }
+            } => w,
+            _ = ending.changed() => return,
         };
         match watched {
             Ok(s) => break s,
@@ -94,7 +82,7 @@ async fn run(
                 tracing::warn!(plugin = %name, "cannot watch yet, retrying in 5s: {e}");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(5)) => continue,
-                    _ = stopped.changed() => return,
+                    _ = ending.changed() => return,
                 }
             }
         }
@@ -112,18 +100,18 @@ async fn run(
     // Withdrawn however this controller ends, including being dropped when deposed.
     let _withdraw = Withdraw(shared.caches.clone(), name.clone(), published.clone());
     let backoff = Arc::new(Mutex::new(Backoff::default()));
-    let workers: Vec<_> = (0..shared.workers.max(1))
-        .map(|_| {
-            let w = Worker {
-                handle: handle.clone(),
-                shared: shared.clone(),
-                queue: queue.clone(),
-                cache: cache.clone(),
-                backoff: backoff.clone(),
-            };
-            tokio::spawn(w.run())
-        })
-        .collect();
+    // A JoinSet, so that aborting (or dropping) this task aborts the workers too.
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..shared.workers.max(1) {
+        let w = Worker {
+            handle: handle.clone(),
+            shared: shared.clone(),
+            queue: queue.clone(),
+            cache: cache.clone(),
+            backoff: backoff.clone(),
+        };
+        workers.spawn(w.run());
+    }
 
     let total_streams = streams.len();
     let mut events = futures::stream::select_all(streams);
@@ -131,7 +119,7 @@ async fn run(
     let mut synced: HashSet<Source> = HashSet::new();
     loop {
         tokio::select! {
-            _ = stopped.changed() => break,
+            _ = ending.changed() => break,
             _ = resync.notified() => {
                 let keys: Vec<ObjectRef> = cache.lock().unwrap().keys().cloned().collect();
                 tracing::info!(plugin = %name, objects = keys.len(), "new version: reconciling every object again");
@@ -164,11 +152,21 @@ async fn run(
         }
     }
     queue.close();
-    for w in workers {
-        let _ = w.await;
+    let drained = tokio::select! {
+        _ = async { while workers.join_next().await.is_some() {} } => true,
+        _ = ending.wait_for(|e| *e == super::Ending::Abort) => false,
+    };
+    if !drained {
+        // Aborts every worker and waits until each has ended: a reconcile cancelled
+        // at its next await (a host call, or the epoch yield of running wasm).
+        workers.shutdown().await;
     }
     shared.health.controller_stopped(&name);
-    tracing::info!(plugin = %name, "controller stopped");
+    if drained {
+        tracing::info!(plugin = %name, "controller stopped");
+    } else {
+        tracing::info!(plugin = %name, "controller aborted: in-flight reconciles cancelled");
+    }
 }
 
 /// A watch error that is the apiserver refusing the plugin's identity.
@@ -326,7 +324,11 @@ impl Worker {
             Ok(Ok(action)) => {
                 self.backoff.lock().unwrap().reset(key);
                 tracing::debug!(plugin = %plugin.name, object = %key, ?elapsed, requeue = ?action.requeue_after, "reconciled");
-                if let Some(after) = action.requeue_after {
+                if let Some(asked) = action.requeue_after {
+                    let after = asked.max(self.shared.min_requeue);
+                    if after > asked {
+                        tracing::debug!(plugin = p, object = %key, ?asked, ?after, "requeue-after below the minimum");
+                    }
                     self.queue.add_after(key.clone(), after);
                 }
             }

@@ -1,10 +1,17 @@
 //! A work queue with the guarantees controller-runtime's gives: a key is never handed to
 //! two workers at once; a key added while it is being worked on runs once more after;
 //! adding a key already waiting does nothing; delayed adds keep only the earliest time.
+//!
+//! Delayed adds share one timer per queue: a heap of due times, drained by a single
+//! task that sleeps until the earliest and is woken when an earlier one arrives. Why
+//! not a task per delayed add: a plugin requeueing many objects (or one object very
+//! often) would leave a sleeping task behind for every answer, none ever cancelled.
+//! The timer task ends when the queue is closed or dropped, so none outlives it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -14,13 +21,44 @@ struct Inner<K> {
     queued: HashSet<K>,
     active: HashSet<K>,
     dirty: HashSet<K>,
-    scheduled: HashMap<K, Instant>,
+    /// The one live schedule of each delayed key: (due, seq of its heap entry).
+    scheduled: HashMap<K, (Instant, u64)>,
+    /// Due times, earliest first; an entry whose seq is no longer its key's is stale
+    /// (superseded by an earlier schedule) and skipped when it comes up.
+    timers: BinaryHeap<Reverse<Due<K>>>,
+    seq: u64,
+    timer: Option<tokio::task::JoinHandle<()>>,
     closed: bool,
+}
+
+struct Due<K> {
+    at: Instant,
+    seq: u64,
+    key: K,
+}
+
+impl<K> PartialEq for Due<K> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl<K> Eq for Due<K> {}
+impl<K> PartialOrd for Due<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<K> Ord for Due<K> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
 }
 
 pub struct Queue<K> {
     inner: Mutex<Inner<K>>,
     notify: Notify,
+    /// Wakes the timer task: an earlier due time arrived.
+    wake: Arc<Notify>,
 }
 
 impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
@@ -32,54 +70,87 @@ impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
                 active: HashSet::new(),
                 dirty: HashSet::new(),
                 scheduled: HashMap::new(),
+                timers: BinaryHeap::new(),
+                seq: 0,
+                timer: None,
                 closed: false,
             }),
             notify: Notify::new(),
+            wake: Arc::new(Notify::new()),
         })
     }
 
     pub fn add(&self, key: K) {
         let mut q = self.inner.lock().unwrap();
+        if Self::enqueue(&mut q, key) {
+            drop(q);
+            self.notify.notify_one();
+        }
+    }
+
+    /// true: `key` became pending (a worker should be woken).
+    fn enqueue(q: &mut Inner<K>, key: K) -> bool {
         if q.closed {
-            return;
+            return false;
         }
         if q.active.contains(&key) {
             q.dirty.insert(key);
+            false
         } else if q.queued.insert(key.clone()) {
             q.pending.push_back(key);
-            drop(q);
-            self.notify.notify_one();
+            true
+        } else {
+            false
         }
     }
 
     /// Adds `key` after `delay`, unless it is already scheduled sooner.
     pub fn add_after(self: &Arc<Self>, key: K, delay: Duration) {
         let at = Instant::now() + delay;
-        {
-            let mut q = self.inner.lock().unwrap();
-            if q.closed || q.scheduled.get(&key).is_some_and(|t| *t <= at) {
-                return;
-            }
-            q.scheduled.insert(key.clone(), at);
+        let mut guard = self.inner.lock().unwrap();
+        let q = &mut *guard;
+        if q.closed || q.scheduled.get(&key).is_some_and(|(t, _)| *t <= at) {
+            return;
         }
-        let this = Arc::downgrade(self);
-        tokio::spawn(async move {
-            tokio::time::sleep_until(at).await;
-            let Some(q) = this.upgrade() else { return };
-            let due = {
-                let mut inner = q.inner.lock().unwrap();
-                match inner.scheduled.get(&key) {
-                    Some(t) if *t == at => {
-                        inner.scheduled.remove(&key);
-                        true
-                    }
-                    _ => false,
-                }
-            };
-            if due {
-                q.add(key);
+        let earliest = q.timers.peek().is_none_or(|Reverse(d)| at < d.at);
+        q.seq += 1;
+        let seq = q.seq;
+        q.scheduled.insert(key.clone(), (at, seq));
+        q.timers.push(Reverse(Due { at, seq, key }));
+        // Superseded entries stay in the heap until they come up; rebuilding when they
+        // outnumber the live ones keeps its size in proportion to the keys.
+        if q.timers.len() > 2 * q.scheduled.len() + 64 {
+            let live = q.scheduled.iter().map(|(k, &(at, seq))| Reverse(Due { at, seq, key: k.clone() }));
+            q.timers = live.collect();
+        }
+        if q.timer.is_none() {
+            q.timer = Some(tokio::spawn(timer(Arc::downgrade(self), self.wake.clone())));
+        } else if earliest {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Moves every key now due to pending; the next due time, if any.
+    fn fire(&self, now: Instant) -> Option<Instant> {
+        let mut guard = self.inner.lock().unwrap();
+        let q = &mut *guard;
+        let mut woke = 0;
+        while let Some(Reverse(d)) = q.timers.peek() {
+            if d.at > now {
+                break;
             }
-        });
+            let Reverse(d) = q.timers.pop().unwrap();
+            if q.scheduled.get(&d.key).is_some_and(|(_, seq)| *seq == d.seq) {
+                q.scheduled.remove(&d.key);
+                woke += usize::from(Self::enqueue(q, d.key));
+            }
+        }
+        let next = q.timers.peek().map(|Reverse(d)| d.at);
+        drop(guard);
+        for _ in 0..woke {
+            self.notify.notify_one();
+        }
+        next
     }
 
     /// The next key to work on; None once the queue is closed and drained of waiters.
@@ -115,15 +186,51 @@ impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
         }
     }
 
-    /// Stops handing out work; workers see None and exit.
+    /// Stops handing out work; workers see None and exit, and the timer ends.
     pub fn close(&self) {
-        self.inner.lock().unwrap().closed = true;
+        let mut q = self.inner.lock().unwrap();
+        q.closed = true;
+        q.scheduled.clear();
+        q.timers.clear();
+        if let Some(t) = q.timer.take() {
+            t.abort();
+        }
+        drop(q);
         self.notify.notify_waiters();
     }
 
     /// Keys waiting (not counting those being worked on or scheduled for later).
     pub fn depth(&self) -> usize {
         self.inner.lock().unwrap().pending.len()
+    }
+}
+
+impl<K> Drop for Queue<K> {
+    fn drop(&mut self) {
+        if let Some(t) = self.inner.get_mut().map(|q| q.timer.take()).ok().flatten() {
+            t.abort();
+        }
+    }
+}
+
+/// The queue's one timer: sleeps until the earliest due time (or until woken by an
+/// earlier one), then moves what is due to pending. Holds the queue only weakly, so
+/// dropping the queue ends it too.
+async fn timer<K: Eq + Hash + Clone + Send + 'static>(queue: Weak<Queue<K>>, wake: Arc<Notify>) {
+    loop {
+        let next = match queue.upgrade() {
+            Some(q) => q.fire(Instant::now()),
+            None => return,
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
     }
 }
 
@@ -162,6 +269,48 @@ mod tests {
         q.done(&"a");
         tokio::time::sleep(Duration::from_millis(800)).await;
         assert_eq!(q.depth(), 0, "later schedules were superseded");
+    }
+
+    // Order, not speed: the timer moves due keys to pending in due order, so keys due
+    // at 50 ms come out before a sentinel due at 100 ms however late the timer runs,
+    // and nothing comes out again after the last superseded schedule (950 ms) passed.
+    #[tokio::test]
+    async fn many_delayed_adds_share_one_timer_and_fire_once_at_the_earliest() {
+        let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+        let before = tasks();
+        let q: Arc<Queue<u32>> = Queue::new();
+        for k in 0..1000u32 {
+            // Even keys: each schedule earlier than the last (every one supersedes);
+            // odd keys: each later (the first stands).
+            for j in 0..10u64 {
+                let step = if k % 2 == 0 { 9 - j } else { j };
+                q.add_after(k, Duration::from_millis(50 + 100 * step));
+            }
+        }
+        q.add_after(u32::MAX, Duration::from_millis(100));
+        assert!(tasks() <= before + 1, "one timer task for the queue, not one per delayed add");
+        assert!(q.inner.lock().unwrap().timers.len() <= 2 * 1001 + 64, "state in proportion to the keys");
+
+        let mut out = Vec::new();
+        while out.len() < 1001 {
+            let k = q.next().await.unwrap();
+            q.done(&k);
+            out.push(k);
+        }
+        assert_eq!(out.last(), Some(&u32::MAX), "every key fired at its earliest schedule, before the sentinel");
+        assert_eq!(out.iter().collect::<HashSet<_>>().len(), 1001, "each key once");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(q.depth(), 0, "superseded schedules never fire");
+        assert!(q.inner.lock().unwrap().timers.is_empty());
+        q.close();
+        // An aborted task is released the next time the runtime gets to it.
+        for _ in 0..100 {
+            if tasks() == before {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(tasks(), before, "the timer ends with the queue");
     }
 
     #[tokio::test]

@@ -73,7 +73,7 @@ pub async fn drive(
         let mut ev = Some(ev);
         while let Some(e) = ev.take() {
             let lane = lanes.entry(key.clone()).or_insert_with(|| Lane::spawn(ctx.clone()));
-            if let Err(e) = lane.put(e) {
+            if let Some(e) = lane.put(e) {
                 // That lane had just finished; a new one takes the event.
                 lanes.remove(&key);
                 ev = Some(e);
@@ -125,12 +125,12 @@ impl Lane {
         lane
     }
 
-    /// Hands `ev` to the lane, replacing an event it has not started; Err: the lane has
-    /// ended.
-    fn put(&self, ev: SourceEvent) -> Result<(), SourceEvent> {
+    /// Hands `ev` to the lane, replacing an event it has not started; gives `ev` back
+    /// when the lane has ended.
+    fn put(&self, ev: SourceEvent) -> Option<SourceEvent> {
         let mut s = self.slot.lock().unwrap();
         if s.closed {
-            return Err(ev);
+            return Some(ev);
         }
         if s.next.is_some() {
             METRICS.plugin_versions_superseded.inc();
@@ -138,7 +138,7 @@ impl Lane {
         s.next = Some(ev);
         drop(s);
         self.wake.notify_one();
-        Ok(())
+        None
     }
 
     /// Resolves once the lane has applied every event handed to it so far.

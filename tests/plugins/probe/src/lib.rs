@@ -9,6 +9,10 @@
 //! ServiceAccount with a resourceVersion long gone and returns the `conflict`. Every
 //! reconcile logs `probe reconcile` with the name and mode, which the e2e tests read
 //! from the host log. `attack` makes one call the ConfigMap names (see [`attack`]).
+//! `requeue0` asks to be called again at once (requeue-after 0). `long` keeps
+//! reconciling for `data.ticks` × 200 ms (default 100: 20 s), writing its
+//! ServiceAccount's `probe/tick` annotation every tick: a reconcile that is mid-write
+//! whenever its host is deposed.
 //!
 //! It also serves a validating webhook `check` for ConfigMaps: `data.admission` =
 //! `deny` denies, `panic` traps, `loop` spins until the host's deadline; anything else
@@ -124,9 +128,22 @@ impl Reconciler for Probe {
             sa.metadata.resource_version = Some("1".into());
             ctx.update_obj(&sa)?;
         }
+        if mode == "long" {
+            let ticks = data.get("ticks").and_then(|t| t.parse::<u32>().ok()).unwrap_or(100);
+            for tick in 0..ticks {
+                std::thread::sleep(Duration::from_millis(200));
+                // A failed write (a conflict with another writer) is not the end: the
+                // point is to keep writing until the host stops this reconcile.
+                if let Ok(Some(mut sa)) = ctx.get_opt::<ServiceAccount>(ns, &sa_name) {
+                    sa.metadata.annotations.get_or_insert_default().insert("probe/tick".into(), tick.to_string());
+                    let _ = ctx.update_obj(&sa);
+                }
+            }
+        }
         ctx.info("probe done", &[("name", name), ("build", BUILD)]);
         match mode {
             "requeue" => Ok(Action::requeue(Duration::from_millis(500))),
+            "requeue0" => Ok(Action::requeue(Duration::ZERO)),
             "fail" => Err(ReconcileError::retry("probe asked to fail")),
             _ => Ok(Action::done()),
         }
@@ -221,5 +238,19 @@ mod tests {
         let stored = fake.seed_obj(&cm("conflict")).unwrap();
         let e = run(&fake, stored).unwrap_err();
         assert!(e.retry && e.message.starts_with("conflict"), "{e}");
+    }
+
+    #[test]
+    fn requeue0_and_long_modes() {
+        let fake = FakeCluster::new();
+        let stored = fake.seed_obj(&cm("requeue0")).unwrap();
+        assert_eq!(run(&fake, stored).unwrap().requeue_after, Some(Duration::ZERO));
+        let fake = FakeCluster::new();
+        let mut long = cm("long");
+        long.data.as_mut().unwrap().insert("ticks".into(), "2".into());
+        let stored = fake.seed_obj(&long).unwrap();
+        assert_eq!(run(&fake, stored), Ok(Action::done()));
+        let sa = fake.object(&ObjectRef::new(&KindRef::of::<ServiceAccount>(), Some("t"), "a-probe")).unwrap();
+        assert_eq!(sa["metadata"]["annotations"]["probe/tick"], "1", "written every tick");
     }
 }
