@@ -75,7 +75,11 @@ fn create_update_of_owned_and_delete() -> Result<()> {
 #[ignore = "needs the local control plane (make e2e)"]
 fn requeue_after_is_honoured_and_errors_back_off() -> Result<()> {
     let ns = Namespace::new("requeue");
-    let host = Host::start(&[("probe", &plugin_path("probe.wasm"), &format!("namespace: {}", ns.0))], &[])?;
+    // A minimum below the plugin's 500 ms, so its own requeue-after is what is measured.
+    let host = Host::start(
+        &[("probe", &plugin_path("probe.wasm"), &format!("namespace: {}", ns.0))],
+        &["--min-requeue-ms", "100"],
+    )?;
     apply(&probe_cm(&ns.0, "r", "requeue", "1")).map_err(|e| anyhow!(e))?;
     apply(&probe_cm(&ns.0, "f", "fail", "1")).map_err(|e| anyhow!(e))?;
     // Requeue every 500 ms with no change in between: at least 6 reconciles in ~4 s.
