@@ -91,3 +91,25 @@ fn webhook_configurations_match_the_plugins_handlers() -> Result<()> {
     assert!(have.ends_with(&want), "deploy/webhooks.yaml is stale: run `make deploy-manifests`");
     Ok(())
 }
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn the_network_policy_is_valid_once_its_apiserver_range_is_filled_in() -> Result<()> {
+    let _ = kubectl(&["create", "namespace", "wasmop-system"]);
+    let text = std::fs::read_to_string(Path::new(DEPLOY).join("networkpolicy.yaml"))?;
+    assert!(text.contains("${APISERVER_CIDR}"), "the placeholder its header documents");
+    // What `APISERVER_CIDR=... envsubst` makes of it.
+    let filled = text.replace("${APISERVER_CIDR}", "127.0.0.1/32");
+    let out = kubectl_stdin(&["apply", "-f", "-", "--dry-run=server", "-o", "json"], Some(&filled))
+        .map_err(anyhow::Error::msg)?;
+    let policy: serde_json::Value = serde_json::from_str(&out)?;
+    let ingress = &policy["spec"]["ingress"];
+    assert_eq!(ingress[0]["ports"][0]["port"], "webhook", "{policy}");
+    assert_eq!(ingress[0]["from"][0]["ipBlock"]["cidr"], "127.0.0.1/32", "{policy}");
+    assert_eq!(ingress[1]["ports"][0]["port"], "metrics", "{policy}");
+    assert_eq!(ingress.as_array().map(Vec::len), Some(2), "nothing else is admitted: {policy}");
+    // The port names it admits are the Deployment's.
+    let deployment = std::fs::read_to_string(Path::new(DEPLOY).join("deployment.yaml"))?;
+    assert!(deployment.contains("name: webhook") && deployment.contains("name: metrics"));
+    Ok(())
+}
