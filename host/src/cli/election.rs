@@ -68,6 +68,7 @@ pub async fn run_controllers(
     cfg.renew_deadline = Duration::from_secs(args.leader_election_renew_deadline_seconds);
     cfg.retry_period = Duration::from_secs(args.leader_election_retry_period_seconds);
     tracing::info!(lease = %format!("{ns}/{}", cfg.name), identity, "waiting to become the leader");
+    let margin = cfg.lease_duration.saturating_sub(cfg.renew_deadline);
     let mut elector = Elector::new(client, cfg);
     loop {
         tokio::select! {
@@ -84,7 +85,12 @@ pub async fn run_controllers(
             _ = elector.hold() => {
                 let started = Instant::now();
                 let _ = depose.send(());
-                manager.as_mut().await;
+                // Another replica may lead once the Lease expires: if the abort has not
+                // ended by then, the process ends instead (as controller-runtime does).
+                if tokio::time::timeout(margin, manager.as_mut()).await.is_err() {
+                    tracing::error!(?margin, "lost leadership and reconciles did not end in time: exiting");
+                    std::process::exit(1);
+                }
                 tracing::warn!(took = ?started.elapsed(), "lost leadership: in-flight reconciles aborted; waiting to lead again");
             }
             // Only on stop (or when the registry goes away): nothing left to lead.

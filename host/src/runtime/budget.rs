@@ -12,9 +12,11 @@
 //! for the difference first; a grow that would take the plugin past its share, or the
 //! host past the total, is refused, so the guest traps with a `budget` fault naming
 //! both figures — the plugin that asked pays, nobody else. Before a call instantiates,
-//! it waits (inside its own deadline) until its plugin and the host have
-//! [`ENTRY_ROOM`] free; a call that cannot get it by its deadline fails with the same
-//! fault. Dropping an instance gives its bytes back and wakes the waiters.
+//! it takes [`ENTRY_ROOM`] for its first grows, waiting (inside its own deadline) until
+//! its plugin and the host have that much free; taking it under the budget's lock means
+//! waiters woken together cannot all start on the same free bytes. A call that cannot
+//! get it by its deadline fails with the same fault. Dropping an instance gives its
+//! bytes back and wakes the waiters.
 //!
 //! Guarantees: the sum of charged bytes never exceeds the total, nor one plugin's the
 //! share. Caveats: the budget counts linear memories only; code, stacks and tables are
@@ -80,18 +82,14 @@ impl MemoryBudget {
         self.used.lock().unwrap().by_plugin.get(plugin).copied().unwrap_or(0)
     }
 
-    /// A charge for a new instance of `plugin`, holding nothing yet.
-    pub fn charge(self: &Arc<Self>, plugin: Arc<str>) -> Charge {
-        Charge { budget: self.clone(), plugin, bytes: 0 }
-    }
-
-    /// Waits until `plugin` and the host both have `room` bytes free. Cancel-safe: the
+    /// A charge for a new instance of `plugin` holding `room` bytes for its first
+    /// grows, once `plugin` and the host both have that much free. Cancel-safe: the
     /// caller bounds it with its deadline.
-    pub async fn wait_for_room(&self, plugin: &str, room: usize) {
+    pub async fn reserve(self: &Arc<Self>, plugin: Arc<str>, room: usize) -> Charge {
         loop {
             let freed = self.freed.notified();
-            if self.has_room(plugin, room) {
-                return;
+            if self.take(&plugin, room).is_ok() {
+                return Charge { budget: self.clone(), plugin, held: room, used: 0 };
             }
             freed.await;
         }
@@ -125,6 +123,7 @@ impl MemoryBudget {
         }
         u.total += bytes;
         *u.by_plugin.entry(plugin.clone()).or_insert(0) += bytes;
+        crate::metrics::METRICS.memory_budget_used.set(u.total as i64);
         Ok(())
     }
 
@@ -135,6 +134,7 @@ impl MemoryBudget {
         {
             let mut u = self.used.lock().unwrap();
             u.total = u.total.saturating_sub(bytes);
+            crate::metrics::METRICS.memory_budget_used.set(u.total as i64);
             if let Some(n) = u.by_plugin.get_mut(plugin) {
                 *n = n.saturating_sub(bytes);
                 if *n == 0 {
@@ -150,39 +150,43 @@ fn mib(bytes: usize) -> usize {
     bytes.div_ceil(1 << 20)
 }
 
-/// What one instance holds of the budget; given back when it is dropped (with its
-/// Store).
+/// What one instance holds of the budget (`held`, of which its memories use `used`);
+/// given back when it is dropped (with its Store).
 #[derive(Debug)]
 pub struct Charge {
     budget: Arc<MemoryBudget>,
     plugin: Arc<str>,
-    bytes: usize,
+    held: usize,
+    used: usize,
 }
 
 impl Charge {
-    /// Takes `bytes` more for this instance, or says whose limit refused them.
+    /// `bytes` more for this instance's memories: from what it holds unused, then from
+    /// the budget; or says whose limit refused them.
     pub fn grow(&mut self, bytes: usize) -> Result<(), String> {
-        self.budget.take(&self.plugin, bytes)?;
-        self.bytes += bytes;
+        let more = bytes.saturating_sub(self.held - self.used);
+        self.budget.take(&self.plugin, more)?;
+        self.held += more;
+        self.used += bytes;
         Ok(())
     }
 
-    /// Bytes this instance holds.
+    /// Bytes this instance holds of the budget.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.held
     }
 
     /// The most a parked instance may keep: an instance that grew past an eighth of its
     /// plugin's share goes instead of being parked, so idle instances cannot sit on
     /// the budget that busy ones need (a real webhook's instance stays within a few MiB).
     pub fn parkable(&self) -> bool {
-        self.bytes <= self.budget.share / 8
+        self.held <= self.budget.share / 8
     }
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.budget.give_back(&self.plugin, self.bytes);
+        self.budget.give_back(&self.plugin, self.held);
     }
 }
 
@@ -198,14 +202,15 @@ mod tests {
     #[test]
     fn a_plugin_is_held_to_its_share_and_the_host_to_its_total() {
         let b = MemoryBudget::new(100 << 20, 40 << 20);
-        let mut a1 = b.charge("a".into());
-        let mut a2 = b.charge("a".into());
+        let charge = |p: &str| Charge { budget: b.clone(), plugin: p.into(), held: 0, used: 0 };
+        let mut a1 = charge("a");
+        let mut a2 = charge("a");
         a1.grow(30 << 20).unwrap();
         let e = a2.grow(20 << 20).unwrap_err();
         assert!(e.contains("plugin a would hold 50 MiB, above its share of 40 MiB"), "{e}");
         assert_eq!(b.used_by("a"), 30 << 20, "a refused grow takes nothing");
-        let mut c = b.charge("c".into());
-        let mut d = b.charge("d".into());
+        let mut c = charge("c");
+        let mut d = charge("d");
         c.grow(40 << 20).unwrap();
         let e = d.grow(40 << 20).unwrap_err();
         assert!(e.contains("above the host's budget of 100 MiB"), "{e}");
@@ -217,25 +222,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_waiting_call_starts_when_memory_is_given_back() {
+    async fn waiting_calls_start_when_memory_is_given_back_and_never_share_the_same_room() {
         let b = MemoryBudget::new(10 << 20, 10 << 20);
-        let mut big = b.charge("p".into());
+        let mut big = b.reserve("p".into(), ENTRY_ROOM).await;
         big.grow(9 << 20).unwrap();
         assert!(!b.has_room("p", ENTRY_ROOM));
-        let waiter = {
-            let b = b.clone();
-            tokio::spawn(async move { b.wait_for_room("p", ENTRY_ROOM).await })
-        };
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let b = b.clone();
+                tokio::spawn(async move { b.reserve("p".into(), 4 << 20).await })
+            })
+            .collect();
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!waiter.is_finished(), "still waiting while the memory is held");
+        assert!(waiters.iter().all(|w| !w.is_finished()), "still waiting while the memory is held");
         drop(big);
-        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // 10 MiB free: two of the three fit, the third waits on.
+        assert_eq!(waiters.iter().filter(|w| w.is_finished()).count(), 2);
+        assert_eq!(b.used(), 8 << 20);
+        // The room taken serves the instance's first grows.
+        let (done, waiting): (Vec<_>, Vec<_>) = waiters.into_iter().partition(|w| w.is_finished());
+        let mut started = Vec::new();
+        for w in done {
+            started.push(w.await.unwrap());
+        }
+        started[0].grow(3 << 20).unwrap();
+        assert_eq!(b.used(), 8 << 20, "within its reserved room");
+        waiting.iter().for_each(|w| w.abort());
     }
 
     #[test]
     fn large_idle_instances_are_not_parked() {
         let b = MemoryBudget::new(512 << 20, 128 << 20);
-        let mut c = b.charge("p".into());
+        let mut c = Charge { budget: b.clone(), plugin: "p".into(), held: 0, used: 0 };
         c.grow(8 << 20).unwrap();
         assert!(c.parkable());
         c.grow(100 << 20).unwrap();

@@ -75,10 +75,9 @@ impl Runtime {
                     phase = Phase::Memory;
                     if !self.budget.has_room(name, ENTRY_ROOM) {
                         // This plugin's idle instances go first: it pays for itself.
-                        c.idle.clear();
-                        self.budget.wait_for_room(name, ENTRY_ROOM).await;
+                        c.idle.clear(name);
                     }
-                    let charge = self.budget.charge(plugin.clone());
+                    let charge = self.budget.reserve(plugin.clone(), ENTRY_ROOM).await;
                     let state = HostState::new(plugin.clone(), call, limits, self.config.memory_ceiling, charge);
                     let mut store = Store::new(code.pre.engine(), state);
                     store.limiter(|s| s.limiter());
@@ -88,7 +87,7 @@ impl Runtime {
             phase = Phase::Running;
             // Yield to the async runtime on every tick; the timeout bounds the total.
             store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(throttle(plugin.clone()));
+            store.epoch_deadline_callback(throttle(plugin.clone(), self.config.tick));
             store.set_hostcall_fuel(limits.max_payload.saturating_add(HOSTCALL_SLACK));
             if self.config.fuel {
                 store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
@@ -129,7 +128,6 @@ impl Runtime {
             let l = crate::metrics::labels(&[("plugin", name)]);
             crate::metrics::METRICS.plugin_memory.get_or_create(&l).set(peak as i64);
         }
-        crate::metrics::METRICS.memory_budget_used.set(self.budget.used() as i64);
         r
     }
 
@@ -155,9 +153,6 @@ const FULL_SPEED: Duration = Duration::from_millis(100);
 /// What a runaway call sleeps per tick after that: it keeps at most ~10 % of a thread
 /// until its deadline, so spinning plugins cannot starve healthy ones of CPU.
 const THROTTLE_SLEEP: Duration = Duration::from_millis(90);
-/// A gap between two ticks longer than this was not all compute (the call was waiting
-/// for a thread, or throttled).
-const TICK_SLACK: Duration = Duration::from_millis(15);
 
 /// The epoch callback: yield to the async runtime on every tick; once the call has
 /// computed for [`FULL_SPEED`] in all, also sleep. What counts is the guest's own
@@ -165,19 +160,23 @@ const TICK_SLACK: Duration = Duration::from_millis(15);
 /// gap is about one tick. A reconcile that makes thousands of host calls (each one an
 /// apiserver round trip) is never held back; a loop that calls nothing is. Caveat: a
 /// loop that makes a host call every tick is not counted; its deadline still ends it.
+/// A gap of more than one and a half ticks was not all compute (the call waited for a
+/// thread, or was throttled), so it does not count either.
 fn throttle(
     plugin: Arc<str>,
+    tick: Duration,
 ) -> impl FnMut(wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> + Send + Sync + 'static
 {
     let mut last = std::time::Instant::now();
     let mut calls = 0u64;
     let mut computed = Duration::ZERO;
     let mut throttled = false;
+    let slack = tick + tick / 2;
     move |store| {
         let now = std::time::Instant::now();
         let made = store.data().host_calls;
         let gap = now.duration_since(last);
-        if made == calls && gap < TICK_SLACK {
+        if made == calls && gap < slack {
             computed += gap;
         }
         (last, calls) = (now, made);

@@ -81,9 +81,10 @@ impl Idle {
         idle.remove(i).warm.take()
     }
 
-    /// Drops every idle instance, giving their memory back to the budget.
-    pub fn clear(&self) {
-        self.0.lock().unwrap().clear();
+    /// Drops `plugin`'s idle instances (not those of other plugins loaded from the
+    /// same bytes), giving their memory back to the budget.
+    pub fn clear(&self, plugin: &str) {
+        self.0.lock().unwrap().retain(|p| p.warm.as_ref().is_some_and(|w| &*w.store.data().plugin != plugin));
     }
 
     /// Parks `warm` for the next call, unless it has served its share or the host-wide

@@ -1,16 +1,18 @@
 //! Feeds source events into the registry and reports what it refuses.
 //!
-//! Flow: each plugin (its name and the place it comes from, see [`Place`]) has a lane
-//! of its own, a task that applies that plugin's events in order. Lanes run side by
-//! side, so a plugin that is slow to compile or to describe itself, or whose identity
-//! check waits on the apiserver, holds up no other plugin's load or removal.
+//! Flow: each plugin name has a lane of its own, a task that applies that name's events
+//! in order. Lanes run side by side, so a plugin that is slow to describe itself, or
+//! whose identity check waits on the apiserver, holds up no other plugin's load or
+//! removal (compiles still take turns: see `registry::compiling`).
 //!
-//! Guarantees: a plugin's events apply in the order its source sent them, except that a
-//! lane keeps only the newest event not yet started (each event is the plugin's whole
-//! state, so the newest says all), and that a plugin applies a new version at most once
-//! per [`MIN_RELOAD_INTERVAL`]: a ConfigMap rewritten ten times a second costs one
-//! compile a second, not ten, and the newest version still wins. A source's `Synced`
-//! counts once every lane has applied what was sent before it.
+//! Guarantees: a name's events apply in the order the sources sent them (so a name
+//! moving from one ConfigMap to another is removed before it is claimed again), except
+//! that a lane keeps only the newest event not yet started from each place the name
+//! comes from (each event is the plugin's whole state there, so the newest says all),
+//! and that a lane applies a new version at most once per [`MIN_RELOAD_INTERVAL`]: a
+//! ConfigMap rewritten ten times a second costs one compile a second, not ten, and the
+//! newest version still wins. A source's `Synced` counts once every lane has applied
+//! what was sent before it.
 
 use super::{SourceEvent, bytes};
 use crate::gateway::{Backend, EventType, Identities};
@@ -50,11 +52,11 @@ pub async fn drive(
     health: Arc<Health>,
 ) {
     let ctx = Arc::new(Ctx { registry, events, identities });
-    let mut lanes: HashMap<Key, Arc<Lane>> = HashMap::new();
+    let mut lanes: HashMap<String, Arc<Lane>> = HashMap::new();
     while let Some(ev) = rx.recv().await {
-        lanes.retain(|_, l| !l.slot.lock().unwrap().closed);
-        let key = match &ev {
+        let (name, from) = match &ev {
             SourceEvent::Synced => {
+                lanes.retain(|_, l| !l.slot.lock().unwrap().closed);
                 let barriers: Vec<_> = lanes.values().map(|l| l.barrier()).collect();
                 let health = health.clone();
                 tokio::spawn(async move {
@@ -65,17 +67,19 @@ pub async fn drive(
                 });
                 continue;
             }
-            SourceEvent::Upsert(spec) | SourceEvent::Reject { spec, .. } => Key::of(&spec.name, spec.place()),
+            SourceEvent::Upsert(spec) | SourceEvent::Reject { spec, .. } => {
+                (spec.name.clone(), Origin::of(spec.place()))
+            }
             SourceEvent::Remove { name, origin, origin_object } => {
-                Key::of(name, Place::of(origin, origin_object.as_ref()))
+                (name.clone(), Origin::of(Place::of(origin, origin_object.as_ref())))
             }
         };
         let mut ev = Some(ev);
         while let Some(e) = ev.take() {
-            let lane = lanes.entry(key.clone()).or_insert_with(|| Lane::spawn(ctx.clone()));
-            if let Some(e) = lane.put(e) {
+            let lane = lanes.entry(name.clone()).or_insert_with(|| Lane::spawn(ctx.clone()));
+            if let Some(e) = lane.put(from.clone(), e) {
                 // That lane had just finished; a new one takes the event.
-                lanes.remove(&key);
+                lanes.remove(&name);
                 ev = Some(e);
             }
         }
@@ -89,20 +93,21 @@ struct Ctx {
     identities: Identities,
 }
 
-/// A plugin's name and where it comes from: one lane each.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct Key(String, Option<ObjectRef>, String);
+/// Where an event comes from (an owned [`Place`]): a lane keeps one event per place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Origin(Option<ObjectRef>, String);
 
-impl Key {
-    fn of(name: &str, place: Place<'_>) -> Self {
+impl Origin {
+    fn of(place: Place<'_>) -> Self {
         match place {
-            Place::Object(o) => Key(name.to_owned(), Some(o.clone()), String::new()),
-            Place::Dir(d) => Key(name.to_owned(), None, d.to_owned()),
+            Place::Object(o) => Origin(Some(o.clone()), String::new()),
+            Place::Dir(d) => Origin(None, d.to_owned()),
         }
     }
 }
 
-/// One plugin's lane: the newest event not yet started, and who waits for it to drain.
+/// One name's lane: the events not yet started (the newest from each place), and who
+/// waits for them to drain.
 struct Lane {
     slot: Mutex<Slot>,
     wake: Notify,
@@ -110,7 +115,7 @@ struct Lane {
 
 #[derive(Default)]
 struct Slot {
-    next: Option<SourceEvent>,
+    next: std::collections::VecDeque<(Origin, SourceEvent)>,
     drained: Vec<oneshot::Sender<()>>,
     /// An event is being applied.
     busy: bool,
@@ -125,17 +130,20 @@ impl Lane {
         lane
     }
 
-    /// Hands `ev` to the lane, replacing an event it has not started; gives `ev` back
-    /// when the lane has ended.
-    fn put(&self, ev: SourceEvent) -> Option<SourceEvent> {
+    /// Hands `ev` to the lane, replacing an event from the same place it has not
+    /// started; gives `ev` back when the lane has ended.
+    fn put(&self, from: Origin, ev: SourceEvent) -> Option<SourceEvent> {
         let mut s = self.slot.lock().unwrap();
         if s.closed {
             return Some(ev);
         }
-        if s.next.is_some() {
-            METRICS.plugin_versions_superseded.inc();
+        match s.next.iter_mut().find(|(f, _)| *f == from) {
+            Some(older) => {
+                METRICS.plugin_versions_superseded.inc();
+                older.1 = ev;
+            }
+            None => s.next.push_back((from, ev)),
         }
-        s.next = Some(ev);
         drop(s);
         self.wake.notify_one();
         None
@@ -145,7 +153,7 @@ impl Lane {
     fn barrier(&self) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         let mut s = self.slot.lock().unwrap();
-        if s.closed || (!s.busy && s.next.is_none()) {
+        if s.closed || (!s.busy && s.next.is_empty()) {
             let _ = tx.send(());
         } else {
             s.drained.push(tx);
@@ -154,15 +162,18 @@ impl Lane {
     }
 
     async fn run(self: Arc<Self>, ctx: Arc<Ctx>) {
+        // Closed however the task ends (a panic included), so no event is put into a
+        // lane nobody runs.
+        let _closing = Closing(self.clone());
         // A version waiting for its identity, and when a version was last applied.
-        let mut waiting: Option<Box<PluginSpec>> = None;
+        let mut waiting: Option<(Origin, Box<PluginSpec>)> = None;
         let mut applied: Option<Instant> = None;
         loop {
             let wake = self.wake.notified();
             let ev = {
                 let mut s = self.slot.lock().unwrap();
-                s.busy = s.next.is_some();
-                match s.next.take() {
+                s.busy = !s.next.is_empty();
+                match s.next.pop_front() {
                     Some(ev) => Some(ev),
                     None => {
                         s.drained.drain(..).for_each(|tx| {
@@ -177,14 +188,14 @@ impl Lane {
                     }
                 }
             };
-            let Some(ev) = ev else {
+            let Some((from, ev)) = ev else {
                 tokio::select! {
                     _ = wake => {}
                     _ = tokio::time::sleep(IDENTITY_RETRY), if waiting.is_some() => {
-                        let spec = waiting.take().expect("a waiting version");
+                        let (from, spec) = waiting.take().expect("a waiting version");
                         match admit(&ctx, &spec).await {
                             Ok(()) => applied = Some(Instant::now()),
-                            Err(("identity", _)) => waiting = Some(spec),
+                            Err(("identity", _)) => waiting = Some((from, spec)),
                             Err((kind, reason)) => report(&ctx, &spec, kind, &reason).await,
                         }
                     }
@@ -193,9 +204,13 @@ impl Lane {
                 }
                 continue;
             };
+            // A newer event from the place of a version waiting for its identity
+            // replaces that version.
+            if waiting.as_ref().is_some_and(|(f, _)| *f == from) {
+                waiting = None;
+            }
             match ev {
                 SourceEvent::Upsert(spec) => {
-                    waiting = None;
                     // Versions in a loop: wait out the interval (a newer one arriving
                     // meanwhile replaces this one when it is put back).
                     if let Some(due) = applied.map(|t| t + MIN_RELOAD_INTERVAL)
@@ -203,10 +218,10 @@ impl Lane {
                     {
                         tokio::time::sleep_until(due).await;
                         let mut s = self.slot.lock().unwrap();
-                        if s.next.is_none() {
-                            s.next = Some(SourceEvent::Upsert(spec));
-                        } else {
+                        if s.next.iter().any(|(f, _)| *f == from) {
                             METRICS.plugin_versions_superseded.inc();
+                        } else {
+                            s.next.push_front((from, SourceEvent::Upsert(spec)));
                         }
                         continue;
                     }
@@ -214,21 +229,30 @@ impl Lane {
                     if let Err((kind, reason)) = admit(&ctx, &spec).await {
                         report(&ctx, &spec, kind, &reason).await;
                         if kind == "identity" {
-                            waiting = Some(spec);
+                            waiting = Some((from, spec));
                         }
                     }
                 }
-                SourceEvent::Reject { spec, kind, reason } => {
-                    waiting = None;
-                    report(&ctx, &spec, kind, &reason).await
-                }
+                SourceEvent::Reject { spec, kind, reason } => report(&ctx, &spec, kind, &reason).await,
                 SourceEvent::Remove { name, origin, origin_object } => {
-                    waiting = None;
                     ctx.registry.remove(&name, &origin, origin_object.as_ref());
                 }
                 SourceEvent::Synced => {}
             }
         }
+    }
+}
+
+/// Closes its lane when the lane's task ends, and lets every barrier through.
+struct Closing(Arc<Lane>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        let mut s = self.0.slot.lock().unwrap_or_else(|e| e.into_inner());
+        s.closed = true;
+        s.drained.drain(..).for_each(|tx| {
+            let _ = tx.send(());
+        });
     }
 }
 
