@@ -207,24 +207,40 @@ fn a_plugin_slow_to_load_holds_up_no_other_and_a_rewrite_loop_costs_one_load_a_s
     let settings = format!("namespace: {}", ns.0);
     let probe = std::fs::read(plugin_path("probe.wasm"))?;
     let host = Host::start(&[], &["--plugins-configmaps", "--plugins-namespace", &ns.0])?;
-    // `stuck`'s manifest never returns (refused at the 10 s describe deadline); `quick`
-    // arrives just after it and must not wait for it.
-    for name in ["stuck", "quick"] {
+    // Both plugins' code compiled first (compiles take turns, and on a busy machine one
+    // can take seconds): `warm` is the hostile plugin's bytes with harmless settings.
+    let hostile = std::fs::read(plugin_path("hostile.wasm"))?;
+    // Its own namespace: two plugins may not reconcile ConfigMaps in the same one.
+    let elsewhere = Namespace::new("loading-warm");
+    let warm_settings = format!("namespace: {}", elsewhere.0);
+    for name in ["stuck", "quick", "warm"] {
         kubectl(&["create", "serviceaccount", name, "-n", &ns.0]).map_err(|e| anyhow!(e))?;
         kubectl(&["annotate", "serviceaccount", name, "-n", &ns.0, &format!("wasmop.io/plugin={name}")])
             .map_err(|e| anyhow!(e))?;
     }
     grant(&plugin_path("probe.wasm"), "quick", &settings, &ns.0)?;
-    let hostile = std::fs::read(plugin_path("hostile.wasm"))?;
-    apply_server_side(&packed(&hostile, "stuck", "stuck", &ns.0, "mode: manifest-loop\n")?).map_err(|e| anyhow!(e))?;
+    grant(&plugin_path("hostile.wasm"), "warm", &warm_settings, &ns.0)?;
+    apply_server_side(&packed(&hostile, "warm", "warm", &ns.0, &warm_settings)?).map_err(|e| anyhow!(e))?;
     apply_server_side(&packed(&probe, "quick", "quick", &ns.0, &settings)?).map_err(|e| anyhow!(e))?;
+    eventually("both compiled and loaded", Duration::from_secs(120), || {
+        let logs = host.logs();
+        let loaded = |p: &str| logs.lines().any(|l| l.contains("plugin loaded") && l.contains(&format!("plugin={p} ")));
+        if loaded("warm") && loaded("quick") { Ok(()) } else { bail!("not yet") }
+    })?;
+    // `stuck`'s manifest never returns (refused at the 10 s describe deadline); a new
+    // version of `quick` (new settings, same code) arrives just after and must not wait.
+    apply_server_side(&packed(&hostile, "stuck", "stuck", &ns.0, "mode: manifest-loop\n")?).map_err(|e| anyhow!(e))?;
+    let settings2 = format!("{settings}\nnote: second\n");
+    apply_server_side(&packed(&probe, "quick", "quick", &ns.0, &settings2)?).map_err(|e| anyhow!(e))?;
     eventually("stuck refused", Duration::from_secs(60), || {
         let logs = host.logs();
-        let at = |plugin: &str, what: &str| logs.lines().position(|l| l.contains(plugin) && l.contains(what));
-        match (at("plugin=quick", "plugin loaded"), at("plugin=stuck", "rejected")) {
+        let second = logs.lines().filter(|l| l.contains("plugin=quick ") && l.contains("plugin loaded")).nth(1);
+        let at = |line: &str| logs.lines().position(|l| l == line);
+        let refused = logs.lines().position(|l| l.contains("plugin=stuck") && l.contains("rejected"));
+        match (second.and_then(at), refused) {
             (_, None) => bail!("stuck not refused yet"),
             (Some(q), Some(r)) if q < r => Ok(()),
-            _ => Err(anyhow!("quick waited for stuck's refusal:\n{logs}")),
+            _ => Err(anyhow!("quick's second version waited for stuck's refusal:\n{logs}")),
         }
     })?;
 
