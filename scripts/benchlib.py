@@ -42,9 +42,11 @@ def build(example=None):
     """The host (or one of its examples) in the chosen profile; returns the binary."""
     if not example and os.environ.get("WASMOP_BENCH_HOST"):
         return HOST
-    # --workspace, as everywhere: the same dependency features as the tests' build.
-    args = ["cargo", "build", "-q", "--workspace", "--profile", PROFILE]
-    args += ["--example", example] if example else ["--bins"]
+    # --workspace, as everywhere: the same dependency features as the tests' build. The
+    # host and every example in one build, whichever is asked for: `--bins` alone
+    # unifies dependency features without the examples' dev-dependencies, so asking
+    # for the two in turn would rebuild half the dependency tree each time.
+    args = ["cargo", "build", "-q", "--workspace", "--profile", PROFILE, "--bins", "--examples"]
     subprocess.run(args, cwd=ROOT, check=True)
     return os.path.join(OUT, "examples", example) if example else HOST
 

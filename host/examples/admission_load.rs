@@ -106,6 +106,14 @@ async fn worker(
         let from = match &mut clock {
             None if Instant::now() >= until => break,
             None => Instant::now(),
+            // An overloaded host answers after the run's end: the reviews still due
+            // then were never sent in time, and count as errors.
+            Some(due) if Instant::now() >= until => {
+                while due.try_recv().is_ok() {
+                    errors += 1;
+                }
+                break;
+            }
             Some(due) => match due.recv().await {
                 None => break,
                 Some(at) if answered > at => at,

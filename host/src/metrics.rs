@@ -36,6 +36,7 @@ pub struct Metrics {
     pub memory_budget_used: Gauge,
     pub plugin_versions_superseded: Counter,
     pub throttled: Family<Labels, Counter>,
+    pub long_calls: Family<Labels, Counter>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -65,6 +66,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         memory_budget_used: Gauge::default(),
         plugin_versions_superseded: Counter::default(),
         throttled: Family::default(),
+        long_calls: Family::default(),
         registry: Registry::default(),
         info_labels: Default::default(),
     };
@@ -116,6 +118,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "wasmop_plugin_calls_throttled",
         "Plugin calls held to a share of a thread after computing for 100 ms without a host call",
         m.throttled.clone(),
+    );
+    registry.register(
+        "wasmop_plugin_calls_long",
+        "Plugin calls that spent 10 ms on a runtime thread: from then on they take turns while short calls are busy",
+        m.long_calls.clone(),
     );
     registry.register("wasmop_leader", "1 while this replica holds the leader Lease (reconciles)", m.leader.clone());
     registry.register(

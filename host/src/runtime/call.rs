@@ -8,8 +8,9 @@
 //! instance (reviews only, see `warm`) skips instantiation and already holds its
 //! memory.
 //!
-//! While it runs, the epoch callback yields to the async runtime on every tick and
-//! holds runaway compute to a share of a thread (see [`throttle`]); the Store's limiter
+//! While it runs, its thread time is metered and the epoch callback yields to the
+//! async runtime on every tick, holds runaway compute to a share of a thread (see
+//! [`throttle`]) and makes long calls take turns while short ones are busy (`cpu`); the Store's limiter
 //! holds the instance to its memory cap, the host-wide budget and wasmtime's counts of
 //! instances, tables and memories; host-call fuel bounds what one host call may copy
 //! out of the guest.
@@ -19,6 +20,7 @@ use std::time::Duration;
 use wasmtime::Store;
 
 use super::budget::{ENTRY_ROOM, waited};
+use super::cpu::{Cpu, Meter, Metered};
 use super::error::classify;
 use super::host::{self, HostState};
 use super::tiers::Code;
@@ -54,7 +56,11 @@ impl Runtime {
         let plugin: Arc<str> = name.into();
         let mut phase = Phase::Slots;
         let mut peak = None;
+        let meter = Meter::new(&self.cpu, plugin.clone());
         let run = async {
+            // A heavy plugin waits its turn while short calls are busy (see `cpu`),
+            // before it takes any slot another plugin could use.
+            self.cpu.admit(&plugin).await;
             // The plugin's own slot first: a plugin at its cap waits without holding a
             // host-wide slot that another plugin could use.
             let _mine = self
@@ -87,7 +93,7 @@ impl Runtime {
             phase = Phase::Running;
             // Yield to the async runtime on every tick; the timeout bounds the total.
             store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(throttle(plugin.clone(), self.config.tick));
+            store.epoch_deadline_callback(throttle(plugin.clone(), self.config.tick, self.cpu.clone(), meter.clone()));
             store.set_hostcall_fuel(limits.max_payload.saturating_add(HOSTCALL_SLACK));
             if self.config.fuel {
                 store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
@@ -118,7 +124,8 @@ impl Runtime {
             }
             Ok(r)
         };
-        let r = tokio::time::timeout(limits.deadline, run).await;
+        let r = tokio::time::timeout(limits.deadline, Metered::new(run, meter.clone())).await;
+        self.cpu.ended(&plugin, meter.spent());
         let r = match r {
             Err(_) if phase == Phase::Memory => Err(RuntimeError::Budget(waited(limits.deadline))),
             Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
@@ -161,10 +168,13 @@ const THROTTLE_SLEEP: Duration = Duration::from_millis(90);
 /// apiserver round trip) is never held back; a loop that calls nothing is. Caveat: a
 /// loop that makes a host call every tick is not counted; its deadline still ends it.
 /// A gap of more than one and a half ticks was not all compute (the call waited for a
-/// thread, or was throttled), so it does not count either.
+/// thread, or was throttled), so it does not count either. Below that, a long call
+/// may still wait its turn (`Cpu::pace`).
 fn throttle(
     plugin: Arc<str>,
     tick: Duration,
+    cpu: Arc<Cpu>,
+    meter: Arc<Meter>,
 ) -> impl FnMut(wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> + Send + Sync + 'static
 {
     let mut last = std::time::Instant::now();
@@ -181,7 +191,10 @@ fn throttle(
         }
         (last, calls) = (now, made);
         if computed < FULL_SPEED {
-            return Ok(wasmtime::UpdateDeadline::Yield(1));
+            return Ok(match cpu.pace(&meter) {
+                Some(turn) => wasmtime::UpdateDeadline::YieldCustom(1, turn),
+                None => wasmtime::UpdateDeadline::Yield(1),
+            });
         }
         if !throttled {
             throttled = true;

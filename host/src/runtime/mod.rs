@@ -14,7 +14,8 @@
 //! blocks a runtime thread and the deadline can fire), a memory cap per instance inside
 //! a host-wide memory budget with a share per plugin (`budget`), a cap on any payload
 //! the plugin hands the host, log, Event and output budgets, and host-wide and
-//! per-plugin caps on concurrent instances. Compiled code may be kept on disk, under a
+//! per-plugin caps on concurrent instances. Threads go to short calls first; long
+//! calls take turns while short ones are busy (`cpu`). Compiled code may be kept on disk, under a
 //! size cap (`code_cache`).
 
 mod admission;
@@ -24,6 +25,7 @@ mod call;
 mod code_cache;
 mod config;
 mod convert;
+mod cpu;
 mod error;
 mod host;
 mod output;
@@ -60,6 +62,8 @@ pub struct Runtime {
     parked: Arc<std::sync::atomic::AtomicUsize>,
     /// What every instance's linear memories add up to (see `budget`).
     budget: Arc<MemoryBudget>,
+    /// Short calls first, long ones take turns (see `cpu`).
+    cpu: Arc<cpu::Cpu>,
     code_cache: Option<CodeCache>,
 }
 
@@ -102,6 +106,7 @@ impl Runtime {
             slots: Arc::new(tokio::sync::Semaphore::new(n as usize)),
             plugin_slots: Default::default(),
             budget: MemoryBudget::new(config.memory_budget, config.memory_share),
+            cpu: cpu::Cpu::new(),
             code_cache: config.cache_dir.clone().map(|d| CodeCache::new(d, config.cache_max_bytes)),
             config,
             parked: Default::default(),

@@ -9,7 +9,13 @@
 //! - `flood`: 1 000 Events and 10 000 log lines in one call (ten times each budget);
 //! - `secrets`: reads, lists and creates Secrets it never declared;
 //! - `badjson`: passes malformed JSON to create and update;
-//! - `calm`: does nothing (the throughput benchmark's healthy neighbour).
+//! - `calm`: does nothing (the throughput benchmark's healthy neighbour);
+//! - `hold`: takes 120 MiB, within the per-instance cap, and keeps it for ~2 s of host
+//!   calls, then asks to be called again in 1 s: many such reconciles at once are what
+//!   only a host-wide memory budget can bound (`scripts/bench-abuse.py`).
+//!
+//! It also serves a validating webhook `grab` for ConfigMaps that takes 120 MiB and
+//! allows: the same pressure from concurrent admission reviews.
 //!
 //! With `mode: manifest-loop` in its settings, its `manifest` itself never returns.
 
@@ -85,8 +91,42 @@ impl Reconciler for Hostile {
                 let r = ObjectRef::new(&KindRef::new("v1", "ConfigMap"), ns.as_deref(), "x");
                 Err(ReconcileError::permanent(format!("badjson: create={a} update={b} ({r})")))
             }
+            "hold" => {
+                let hoard = hoard();
+                // Host calls while holding it: the instance stays alive and charged
+                // for the whole time, as a slow reconcile's would.
+                let start = std::time::Instant::now();
+                while start.elapsed() < std::time::Duration::from_secs(2) {
+                    ctx.get(&req.object)?;
+                }
+                std::hint::black_box(&hoard);
+                Ok(Action::requeue(std::time::Duration::from_secs(1)))
+            }
             _ => Ok(Action::done()),
         }
+    }
+}
+
+/// 120 MiB in 1 MiB pieces, every page written (`vec![1; _]` fills it), so that it is
+/// resident and not just reserved: under the default 128 MiB cap, so no trap stops it.
+fn hoard() -> Vec<Vec<u8>> {
+    (0..120).map(|_| vec![1u8; 1 << 20]).collect()
+}
+
+impl wasmop_sdk::Webhooks for Hostile {
+    fn handlers(_settings: &str) -> Vec<wasmop_sdk::Handler> {
+        use wasmop_sdk::{Handler, Operation};
+        vec![Handler::validating("grab", KindRef::of::<ConfigMap>(), &[Operation::Create, Operation::Update])]
+    }
+
+    fn review(
+        _ctx: &Context<'_>,
+        _handler: &str,
+        _settings: &str,
+        _req: &wasmop_sdk::AdmissionRequest,
+    ) -> wasmop_sdk::AdmissionResponse {
+        std::hint::black_box(hoard());
+        wasmop_sdk::AdmissionResponse::allow()
     }
 }
 
@@ -130,4 +170,4 @@ mod raw {
     }
 }
 
-wasmop_sdk::export_plugin!(Hostile);
+wasmop_sdk::export_plugin!(Hostile, webhooks = Hostile);
