@@ -19,8 +19,10 @@ each bounded in count and stopped at a deadline:
 The first two hold connections: they start anew beside each healthy run, once its
 connections are up (an apiserver's keep-alive connections are there before an attack
 begins); whether a client arriving mid-attack still gets in is probed and printed
-apart. The control plane keeps running in every phase (the attacks need it), so the
-alone figures are below bench-admission's, which pauses it. Phases: alone; under
+apart. The control plane keeps running in every phase (the attacks need it), confined
+to core 1 with the load and the attacks, so the alone figures are below
+bench-admission's, which pauses it. Each phase prints the host's CPU in the
+closed-loop runs too: short of its one core, the load's core was the limit. Phases: alone; under
 attack; after (attacks over, holds deleted). Each prints closed-loop throughput,
 latency at RATE reviews/s offered (open loop), errors, the host's peak RSS and the
 number of series on /metrics; then whether the host survived and cgroup OOM kills.
@@ -34,7 +36,7 @@ heap). WASMOP_BENCH_HOST=PATH: measure that host binary."""
 
 import contextlib, gzip, importlib, os, socket, ssl, shutil, statistics, subprocess, sys, tempfile, threading, time, urllib.request
 
-from benchlib import ENV, HOST, build, grant, grant_dir, kubectl, wait_ready
+from benchlib import ENV, HOST, build, control_plane_on, cpu_seconds, grant, grant_dir, kubectl, wait_ready
 
 adm = importlib.import_module("bench-admission")  # its SidecarSet, webhook and helpers
 
@@ -139,31 +141,39 @@ class Watch(threading.Thread):
             n += 1
 
 
-def healthy(load, rate=None, beside=None):
+def healthy(pid, load, rate=None, beside=None):
     """One run of the healthy load, with `beside` (a context manager) entered once it
-    has connected: [reviews/s, p50, p99, errors]. A run that could not even connect
-    (the host dead, or its connection slots all taken) counts as errors = -1."""
+    has connected: [reviews/s, p50, p99, errors, host CPU in the run as a share of its
+    one core]. A run that could not even connect (the host dead, or its connection
+    slots all taken) counts as errors = -1."""
+    cpu, t = cpu_seconds(pid), time.monotonic()
     p = subprocess.Popen(load + [str(SECS)] + ([str(rate)] if rate else []), stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     with beside() if beside else contextlib.nullcontext():
         out = p.communicate(timeout=SECS + 60)[0]
+    try:
+        busy = (cpu_seconds(pid) - cpu) / (time.monotonic() - t)
+    except OSError:
+        busy = float("nan")
     if p.returncode != 0:
-        return [0.0, float("nan"), float("nan"), -1]
-    return [float(x) for x in out.split()]
+        return [0.0, float("nan"), float("nan"), -1, busy]
+    return [float(x) for x in out.split()][:4] + [busy]
 
 
 def phase(name, watch, load, beside=None):
-    """RUNS closed-loop and RUNS open-loop runs, alternating: medians, errors summed."""
+    """RUNS closed-loop and RUNS open-loop runs, alternating: medians, errors summed.
+    `busy` is the host's CPU in the closed-loop runs: below its one core, the load (or
+    the core it shares with the attacks) is what limits throughput, not the host."""
     watch.phase = name
     closed, opened = [], []
     for _ in range(RUNS):
-        closed.append(healthy(load, None, beside))
-        opened.append(healthy(load, RATE, beside))
+        closed.append(healthy(watch.host.pid, load, None, beside))
+        opened.append(healthy(watch.host.pid, load, RATE, beside))
     med = lambda rows, i: statistics.median(r[i] for r in rows)
     failed = sum(1 for r in closed + opened if r[3] < 0)
     errors = sum(int(r[3]) for r in closed + opened if r[3] >= 0)
     return {"name": name, "rps": med(closed, 0), "p50": med(opened, 1), "p99": med(opened, 2),
-            "errors": errors, "failed": failed, "alive": watch.host.poll() is None}
+            "errors": errors, "failed": failed, "alive": watch.host.poll() is None, "busy": med(closed, 4)}
 
 
 def new_connection(port, ca):
@@ -223,7 +233,9 @@ def main():
     print(f"host: {HOST}; memory budget flags: {' '.join(flags) or 'absent from this binary'}")
     cg = cgroup()
     print(f"memory cgroup: {cg + ' (1 GiB, swap included)' if cg else 'none'}")
-    with tempfile.TemporaryDirectory() as tmp:
+    # Core 0 is the host's alone (see benchlib.control_plane_on); the load, the attacks
+    # and the control plane share core 1.
+    with tempfile.TemporaryDirectory() as tmp, control_plane_on("1"):
         plugins = os.path.join(tmp, "plugins")
         os.mkdir(plugins)
         shutil.copy(os.path.join(PLUGINS, "sidecarset.wasm"), plugins)
@@ -354,14 +366,14 @@ def under_attack(watch, load, host, attack_bin, port, ca, base):
 
 def report(rows, peaks, attacks, alive, oom, failcnt, cg_max, hwm):
     print("\nAttacks (abuse_load):\n" + "".join(f"- {l}\n" for l in attacks.strip().splitlines()))
-    print(f"| phase | closed loop ({CONNS} conns) | {RATE:,}/s offered: p50 | p99 | errors | host peak RSS | "
-          "metric series (peak) | host alive |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"| phase | closed loop ({CONNS} conns) | host CPU then | {RATE:,}/s offered: p50 | p99 | errors | "
+          "host peak RSS | metric series (peak) | host alive |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rss, n = peaks.get(r["name"], [0, 0])
         errors = f"{r['errors']}" + (f" + {r['failed']} runs could not connect" if r["failed"] else "")
-        print(f"| {r['name']} | {r['rps']:.0f} reviews/s | {r['p50']:.2f} ms | {r['p99']:.2f} ms | {errors} | "
-              f"{rss:.0f} MiB | {n} | {'yes' if r['alive'] else 'NO'} |")
+        print(f"| {r['name']} | {r['rps']:.0f} reviews/s | {r['busy']:.0%} | {r['p50']:.2f} ms | {r['p99']:.2f} ms | "
+              f"{errors} | {rss:.0f} MiB | {n} | {'yes' if r['alive'] else 'NO'} |")
     print(f"\nhost alive at the end: {'yes' if alive else 'NO'}; peak RSS (VmHWM): "
           f"{f'{hwm:.0f} MiB' if hwm else 'n/a (host gone)'}; cgroup peak usage {cg_max:.0f} MiB, "
           f"limit hit {failcnt} times, OOM kills {oom}")

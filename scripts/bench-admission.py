@@ -17,7 +17,7 @@ BENCH_RUNS=N: N runs instead of 5; WASMOP_BENCH_HOST=PATH: measure that host bin
 
 import base64, contextlib, os, signal, socket, statistics, subprocess, sys, tempfile, time
 
-from benchlib import ENV, HOST, build, grant_dir, kubectl, wait_ready
+from benchlib import ENV, HOST, build, control_plane_pids, cpu_seconds, grant_dir, kubectl, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = "--quick" in sys.argv
@@ -47,12 +47,6 @@ webhooks:
   admissionReviewVersions: [v1]
   failurePolicy: Fail
 """
-
-
-def cpu_seconds(pid):
-    """User + system CPU seconds process `pid` has used."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port():
@@ -124,15 +118,7 @@ def control_plane_paused():
     would not on a real node (their timer wake-ups and GC cost the host about a quarter
     of its throughput and put their pauses into p99). Once the SidecarSet is in the
     host's watch cache, reviews need none of them. BENCH_PAUSE_CLUSTER=0 leaves them."""
-    binary = os.path.join(ROOT, "tests", "cluster", "bin", "cluster") + " "
-    pids = []
-    if os.environ.get("BENCH_PAUSE_CLUSTER", "1") != "0":
-        for p in os.listdir("/proc"):
-            try:
-                if p.isdigit() and open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode().startswith(binary):
-                    pids.append(int(p))
-            except OSError:
-                pass
+    pids = control_plane_pids() if os.environ.get("BENCH_PAUSE_CLUSTER", "1") != "0" else []
     try:
         for p in pids:
             os.kill(p, signal.SIGSTOP)

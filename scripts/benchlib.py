@@ -6,7 +6,7 @@ WASMOP_BENCH_PROFILE picks the cargo profile: `bench` (default: what `cargo benc
 uses, optimized) for figures, `dev` for `make bench-smoke`, which only proves the
 harnesses still run and so reuses the debug build the tests made."""
 
-import os, subprocess, time, urllib.request
+import contextlib, os, subprocess, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -72,3 +72,41 @@ def grant_dir(plugins_dir, namespace=ACCOUNTS):
             name = f[: -len(".wasm")]
             grant(os.path.join(plugins_dir, f), name, os.path.join(plugins_dir, f"{name}.settings.yaml"), namespace)
     return ["--plugins-dir-service-account-namespace", namespace]
+
+
+def control_plane_pids():
+    """The local control plane's processes (tests/cluster: etcd, apiserver,
+    controller-manager, scheduler, kwok), found by their binary."""
+    binary = os.path.join(ROOT, "tests", "cluster", "bin", "cluster") + " "
+    pids = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode().startswith(binary):
+                pids.append(int(p))
+        except OSError:
+            pass
+    return pids
+
+
+@contextlib.contextmanager
+def control_plane_on(cores):
+    """Every thread of the local control plane confined to `cores` (a taskset list)
+    meanwhile, then back on every core. Why: on a two-core machine an apiserver that an
+    attack keeps busy (1 MiB ConfigMap writes, say) would otherwise take the host's own
+    core too, and the figures would measure the apiserver, not the host; on a real
+    node the control plane runs elsewhere."""
+    pids = control_plane_pids()
+    every = f"0-{os.cpu_count() - 1}"
+    try:
+        for p in pids:
+            subprocess.run(["taskset", "-a", "-p", "-c", cores, str(p)], capture_output=True)
+        yield
+    finally:
+        for p in pids:
+            subprocess.run(["taskset", "-a", "-p", "-c", every, str(p)], capture_output=True)
+
+
+def cpu_seconds(pid):
+    """User and system CPU time of process `pid` so far (all its threads)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -31,6 +31,7 @@ pub struct Metrics {
     pub admission_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     pub leader: Gauge,
     pub webhook_connections_refused: Counter,
+    pub webhook_handshakes_evicted: Counter,
     pub webhook_bodies_refused: Counter,
     pub plugin_memory: Family<Labels, Gauge>,
     pub memory_budget_used: Gauge,
@@ -61,6 +62,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         admission_seconds: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
         leader: Gauge::default(),
         webhook_connections_refused: Counter::default(),
+        webhook_handshakes_evicted: Counter::default(),
         webhook_bodies_refused: Counter::default(),
         plugin_memory: Family::default(),
         memory_budget_used: Gauge::default(),
@@ -98,6 +100,11 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "wasmop_webhook_connections_refused",
         "Webhook connections closed on accept: the server had its most connections open",
         m.webhook_connections_refused.clone(),
+    );
+    registry.register(
+        "wasmop_webhook_handshakes_evicted",
+        "Webhook connections closed in their TLS handshake to make room for a newer one: every handshake place was taken",
+        m.webhook_handshakes_evicted.clone(),
     );
     registry.register(
         "wasmop_webhook_bodies_refused",

@@ -1,12 +1,13 @@
 //! Compiling plugin bytes for the registry, with bounds: off the async runtime, one
 //! compile at a time on one thread (wasmtime's parallel compile is off, see `tiers`),
 //! within [`COMPILE_TIME`]; the background tier-up one at a time too, and only for a
-//! version that is still serving [`TIER_UP_DELAY`] after it loaded.
+//! version that is still serving [`TIER_UP_DELAY`] after it loaded (longer for a
+//! version that came in a loop, see [`tier_up_delay`]).
 //!
 //! Why: a compile is the heaviest thing the host does (Cranelift takes seconds and tens
 //! of MiB for a 1 MB plugin), and anyone who may write a plugin ConfigMap can ask for
-//! one as often as the source lets them (once a second per plugin, see
-//! `sources::driver`). One at a time bounds the memory compiles take together and
+//! one as often as the source lets them (at most once a second per plugin, less
+//! often while its versions keep coming, see `sources::driver`). One at a time bounds the memory compiles take together and
 //! leaves the other core to reconciles and reviews; the delay means a plugin rewritten
 //! in a loop costs no Cranelift work at all (each version is gone before its tier-up
 //! starts); the time cap turns a compile that does not end into a rejected version
@@ -29,13 +30,42 @@ use std::time::Duration;
 pub const COMPILE_TIME: Duration = Duration::from_secs(60);
 
 /// How long a version must have been serving before its tier-up starts. Why 2 s:
-/// longer than the least time between two versions of one plugin (1 s), so versions
-/// in a loop never tier up; short enough that steady-state speed arrives within
-/// seconds of a real reload.
+/// longer than the least time between two versions of one plugin (1 s); short enough
+/// that steady-state speed arrives within seconds of a real reload.
 pub const TIER_UP_DELAY: Duration = Duration::from_secs(2);
 
+/// The least time between two loads of one plugin's versions (enforced by
+/// `sources::driver`). Why 1 s: an author's edit is applied at once (the first
+/// version after a quiet second does not wait).
+pub const MIN_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+/// The most: what a plugin rewritten in a loop settles at (the interval doubles each
+/// time a version had to wait). Why 16 s: a compile (a quarter of a second of a core
+/// for a 1 MB plugin, by Winch) every 16 s is under 2 % of a core, while an author who
+/// edits in a loop still sees each edit within 16 s.
+pub const MAX_RELOAD_INTERVAL: Duration = Duration::from_secs(16);
+
+/// How long a new version must serve before its tier-up, given the version of the
+/// same name it replaces. Why longer than [`TIER_UP_DELAY`] after a recent version:
+/// the source's reload interval doubles, up to 16 s, while a plugin is rewritten in a
+/// loop (`sources::driver`), so a version that replaces one loaded g ago will likely
+/// be replaced within 2g. Waiting 3g means versions in a loop never tier up (each
+/// would cost a Cranelift compile of a second or more), and the last one does, soon
+/// after the loop stops.
+pub(super) fn tier_up_delay(replaced: Option<&super::LoadedPlugin>) -> Duration {
+    let gap = replaced.and_then(|p| p.loaded_at.elapsed().ok());
+    match gap {
+        Some(g) if g <= MAX_RELOAD_INTERVAL + Duration::from_secs(1) => (g * 3).max(TIER_UP_DELAY),
+        _ => TIER_UP_DELAY,
+    }
+}
+
 impl Registry {
-    pub(super) async fn compile(&self, digest: [u8; 32], bytes: &Arc<[u8]>) -> Result<Arc<Compiled>, RuntimeError> {
+    pub(super) async fn compile(
+        &self,
+        digest: [u8; 32],
+        bytes: &Arc<[u8]>,
+        tier_up: Duration,
+    ) -> Result<Arc<Compiled>, RuntimeError> {
         if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
             return Ok(c);
         }
@@ -69,7 +99,7 @@ impl Registry {
         }
         if self.runtime.wants_optimizing(&compiled) {
             compiled.keep_source(bytes.clone());
-            self.optimize_later(digest, &compiled);
+            self.optimize_later(digest, &compiled, tier_up);
         }
         Ok(compiled)
     }
@@ -78,10 +108,10 @@ impl Registry {
     /// keeps a core for reconciles. Skipped when no plugin uses the code any more; a
     /// queued tier-up holds only a weak reference, so a replaced version's bytes go
     /// with it.
-    fn optimize_later(&self, digest: [u8; 32], compiled: &Arc<Compiled>) {
+    fn optimize_later(&self, digest: [u8; 32], compiled: &Arc<Compiled>, delay: Duration) {
         let (rt, weak, queue) = (self.runtime.clone(), Arc::downgrade(compiled), self.optimizing.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(TIER_UP_DELAY).await;
+            tokio::time::sleep(delay).await;
             if weak.strong_count() == 0 {
                 return;
             }

@@ -12,6 +12,9 @@
 
 mod compiling;
 
+use compiling::tier_up_delay;
+pub use compiling::{MAX_RELOAD_INTERVAL, MIN_RELOAD_INTERVAL};
+
 use crate::gateway::Permissions;
 use crate::metrics::{METRICS, labels};
 use crate::runtime::{Compiled, Limits, Runtime, RuntimeError};
@@ -217,7 +220,7 @@ impl Registry {
                 return Ok(cur);
             }
         }
-        let compiled = self.compile(digest, &spec.bytes).await?;
+        let compiled = self.compile(digest, &spec.bytes, tier_up_delay(self.get(&spec.name).as_deref())).await?;
         let mut manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
         narrow(&mut manifest, &spec.narrowing)?;
         let handlers = self.runtime.handlers(&compiled, &spec.name, &spec.settings, &spec.limits).await?;

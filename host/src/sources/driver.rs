@@ -9,16 +9,18 @@
 //! moving from one ConfigMap to another is removed before it is claimed again), except
 //! that a lane keeps only the newest event not yet started from each place the name
 //! comes from (each event is the plugin's whole state there, so the newest says all),
-//! and that a lane applies a new version at most once per [`MIN_RELOAD_INTERVAL`]: a
-//! ConfigMap rewritten ten times a second costs one compile a second, not ten, and the
-//! newest version still wins. A source's `Synced` counts once every lane has applied
-//! what was sent before it.
+//! and that a lane applies a new version at most once per reload interval, which
+//! starts at [`MIN_RELOAD_INTERVAL`] and doubles, up to [`MAX_RELOAD_INTERVAL`], each
+//! time a version had to wait for it: a ConfigMap rewritten ten times a second for a
+//! minute costs seven compiles, not six hundred, and the newest version still wins. The
+//! interval is back at its least once the plugin has been quiet for it (the lane ends).
+//! A source's `Synced` counts once every lane has applied what was sent before it.
 
 use super::{SourceEvent, bytes};
 use crate::gateway::{Backend, EventType, Identities};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
-use crate::registry::{Place, PluginSpec, Registry};
+use crate::registry::{MAX_RELOAD_INTERVAL, MIN_RELOAD_INTERVAL, Place, PluginSpec, Registry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,10 +33,6 @@ use wasmop_sdk::ObjectRef;
 const IDENTITY_RETRY: Duration = Duration::from_secs(10);
 /// The longest one identity check may take.
 const IDENTITY_CHECK: Duration = Duration::from_secs(10);
-/// The least time between two versions of one plugin. Why 1 s: an author's edit is
-/// applied at once (the first version after a quiet second does not wait), and a
-/// plugin rewritten in a loop takes at most one compile a second of the host's CPU.
-pub const MIN_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Applies every event to `registry` until the sources close. A rejected version is
 /// logged and, when it came from a cluster object, reported as a Warning Event
@@ -165,9 +163,11 @@ impl Lane {
         // Closed however the task ends (a panic included), so no event is put into a
         // lane nobody runs.
         let _closing = Closing(self.clone());
-        // A version waiting for its identity, and when a version was last applied.
+        // A version waiting for its identity, when a version was last applied, the
+        // reload interval, and whether the next version to apply had to wait for it.
         let mut waiting: Option<(Origin, Box<PluginSpec>)> = None;
         let mut applied: Option<Instant> = None;
+        let (mut interval, mut waited) = (MIN_RELOAD_INTERVAL, false);
         loop {
             let wake = self.wake.notified();
             let ev = {
@@ -179,7 +179,7 @@ impl Lane {
                         s.drained.drain(..).for_each(|tx| {
                             let _ = tx.send(());
                         });
-                        if waiting.is_none() && applied.is_none_or(|t| t.elapsed() >= MIN_RELOAD_INTERVAL) {
+                        if waiting.is_none() && applied.is_none_or(|t| t.elapsed() >= interval) {
                             // Nothing left to do: events from now on go to a new lane.
                             s.closed = true;
                             return;
@@ -200,7 +200,7 @@ impl Lane {
                         }
                     }
                     // Long enough for the reload interval to pass: the lane may end.
-                    _ = tokio::time::sleep(MIN_RELOAD_INTERVAL), if waiting.is_none() => {}
+                    _ = tokio::time::sleep(interval), if waiting.is_none() => {}
                 }
                 continue;
             };
@@ -213,9 +213,10 @@ impl Lane {
                 SourceEvent::Upsert(spec) => {
                     // Versions in a loop: wait out the interval (a newer one arriving
                     // meanwhile replaces this one when it is put back).
-                    if let Some(due) = applied.map(|t| t + MIN_RELOAD_INTERVAL)
+                    if let Some(due) = applied.map(|t| t + interval)
                         && due > Instant::now()
                     {
+                        waited = true;
                         tokio::time::sleep_until(due).await;
                         let mut s = self.slot.lock().unwrap();
                         if s.next.iter().any(|(f, _)| *f == from) {
@@ -226,6 +227,9 @@ impl Lane {
                         continue;
                     }
                     applied = Some(Instant::now());
+                    if std::mem::take(&mut waited) {
+                        interval = (interval * 2).min(MAX_RELOAD_INTERVAL);
+                    }
                     if let Err((kind, reason)) = admit(&ctx, &spec).await {
                         report(&ctx, &spec, kind, &reason).await;
                         if kind == "identity" {

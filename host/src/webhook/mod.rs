@@ -13,6 +13,7 @@
 mod body;
 pub mod ca_bundle;
 pub mod config;
+mod handshakes;
 mod review;
 mod tls;
 
@@ -55,10 +56,10 @@ pub struct ServerLimits {
     /// Connections served at once; one more is closed as soon as it is accepted. Why
     /// 512: the apiserver keeps a few dozen keep-alive connections per replica.
     pub max_connections: usize,
-    /// Connections still in their TLS handshake at once; one more is closed on accept.
-    /// Why 64: the apiserver opens connections a few at a time and then keeps them, so
-    /// clients that connect and never finish the handshake hold at most these, never
-    /// the slots of connections that are being served.
+    /// Connections still in their TLS handshake at once; one more closes the oldest of
+    /// them (see `handshakes`). Why 64: the apiserver opens connections a few at a
+    /// time and then keeps them, so clients that connect and never finish the
+    /// handshake hold at most these, never the slots of connections being served.
     pub max_handshakes: usize,
     /// The largest review body, and the bytes of bodies buffered at once (see `body`).
     pub max_body: usize,
@@ -117,7 +118,7 @@ pub async fn serve(
     let bound = listener.local_addr().map_err(|e| WebhookError::Bind(addr, e))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let handshakes = Arc::new(tokio::sync::Semaphore::new(limits.max_handshakes));
+    let handshakes = handshakes::Handshakes::new(limits.max_handshakes);
     let task = tokio::spawn(async move {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         tokio::pin!(stop);
@@ -132,20 +133,28 @@ pub async fn serve(
                     }
                 },
             };
-            let (Ok(slot), Ok(handshaking)) =
-                (slots.clone().try_acquire_owned(), handshakes.clone().try_acquire_owned())
-            else {
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
                 METRICS.webhook_connections_refused.inc();
-                tracing::debug!(%peer, "webhook connection refused: the most connections (or handshakes) are open");
+                tracing::debug!(%peer, "webhook connection refused: the most connections are open");
                 continue;
             };
+            let (handshaking, evicted) = handshakes.begin();
+            if evicted {
+                METRICS.webhook_handshakes_evicted.inc();
+            }
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let service = TowerToHyperService::new(app.clone());
             let watcher = graceful.watcher();
             tokio::spawn(async move {
                 let _slot = slot;
-                let handshake = tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await;
+                let handshake = tokio::select! {
+                    r = tokio::time::timeout(limits.handshake, acceptor.accept(tcp)) => r,
+                    _ = handshaking.evicted() => {
+                        tracing::debug!(%peer, "webhook TLS handshake evicted by a newer connection");
+                        return;
+                    }
+                };
                 drop(handshaking);
                 let tls = match handshake {
                     Ok(Ok(s)) => s,
