@@ -2,7 +2,7 @@
 //! compile at a time on one thread (wasmtime's parallel compile is off, see `tiers`),
 //! within [`COMPILE_TIME`]; the background tier-up one at a time too, and only for a
 //! version that is still serving [`TIER_UP_DELAY`] after it loaded (longer for a
-//! version that came in a loop, see [`tier_up_delay`]).
+//! version that came in a loop, see `tier_up_delay`).
 //!
 //! Why: a compile is the heaviest thing the host does (Cranelift takes seconds and tens
 //! of MiB for a 1 MB plugin), and anyone who may write a plugin ConfigMap can ask for
@@ -44,19 +44,16 @@ pub const MIN_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// edits in a loop still sees each edit within 16 s.
 pub const MAX_RELOAD_INTERVAL: Duration = Duration::from_secs(16);
 
-/// How long a new version must serve before its tier-up, given the version of the
-/// same name it replaces. Why longer than [`TIER_UP_DELAY`] after a recent version:
-/// the source's reload interval doubles, up to 16 s, while a plugin is rewritten in a
-/// loop (`sources::driver`), so a version that replaces one loaded g ago will likely
-/// be replaced within 2g. Waiting 3g means versions in a loop never tier up (each
-/// would cost a Cranelift compile of a second or more), and the last one does, soon
-/// after the loop stops.
-pub(super) fn tier_up_delay(replaced: Option<&super::LoadedPlugin>) -> Duration {
-    let gap = replaced.and_then(|p| p.loaded_at.elapsed().ok());
-    match gap {
-        Some(g) if g <= MAX_RELOAD_INTERVAL + Duration::from_secs(1) => (g * 3).max(TIER_UP_DELAY),
-        _ => TIER_UP_DELAY,
-    }
+/// How long a new version must serve before its tier-up, when its source says the
+/// next version of the plugin may come `next_after` from now. Why twice that: while a
+/// plugin is rewritten in a loop, the source's reload interval doubles up to 16 s
+/// (`sources::driver`), so each version is replaced about `next_after` (plus a
+/// compile) after it loads; waiting twice as long means versions in a loop never tier
+/// up (each would cost a Cranelift compile of a second or more), and the last one
+/// does, within 32 s of the loop's end. An edit after a quiet spell (`next_after` is
+/// 1 s) tiers up after [`TIER_UP_DELAY`].
+fn tier_up_delay(next_after: Duration) -> Duration {
+    (next_after * 2).max(TIER_UP_DELAY)
 }
 
 impl Registry {
@@ -64,7 +61,7 @@ impl Registry {
         &self,
         digest: [u8; 32],
         bytes: &Arc<[u8]>,
-        tier_up: Duration,
+        next_after: Duration,
     ) -> Result<Arc<Compiled>, RuntimeError> {
         if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
             return Ok(c);
@@ -99,7 +96,7 @@ impl Registry {
         }
         if self.runtime.wants_optimizing(&compiled) {
             compiled.keep_source(bytes.clone());
-            self.optimize_later(digest, &compiled, tier_up);
+            self.optimize_later(digest, &compiled, tier_up_delay(next_after));
         }
         Ok(compiled)
     }

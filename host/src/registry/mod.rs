@@ -12,7 +12,6 @@
 
 mod compiling;
 
-use compiling::tier_up_delay;
 pub use compiling::{MAX_RELOAD_INTERVAL, MIN_RELOAD_INTERVAL};
 
 use crate::gateway::Permissions;
@@ -22,7 +21,7 @@ use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use tokio::sync::broadcast;
 use wasmop_sdk::{Handler, KindRef, Manifest, ObjectRef, Watch};
 
@@ -200,8 +199,10 @@ impl Registry {
         self.plugins.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
-    /// Compiles (or reuses) and admits `spec`; see the module docs.
-    pub async fn apply(&self, spec: PluginSpec) -> Result<Arc<LoadedPlugin>, LoadError> {
+    /// Compiles (or reuses) and admits `spec`; see the module docs. `next_after`: the
+    /// least time before the source may bring the plugin's next version (its reload
+    /// interval); a version likely to be replaced soon tiers up later, if at all.
+    pub async fn apply(&self, spec: PluginSpec, next_after: Duration) -> Result<Arc<LoadedPlugin>, LoadError> {
         if spec.name == "host" {
             // The host's own Events are reported as `wasmop/host`.
             return Err(LoadError::Conflict("plugin name \"host\" is reserved for the host itself".into()));
@@ -220,7 +221,7 @@ impl Registry {
                 return Ok(cur);
             }
         }
-        let compiled = self.compile(digest, &spec.bytes, tier_up_delay(self.get(&spec.name).as_deref())).await?;
+        let compiled = self.compile(digest, &spec.bytes, next_after).await?;
         let mut manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
         narrow(&mut manifest, &spec.narrowing)?;
         let handlers = self.runtime.handlers(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
@@ -438,7 +439,7 @@ mod tests {
             narrowing: Narrowing::default(),
             identity: None,
         };
-        let e = registry.apply(spec).await.err().expect("refused");
+        let e = registry.apply(spec, MIN_RELOAD_INTERVAL).await.err().expect("refused");
         assert!(e.to_string().contains("reserved for the host"), "{e}");
     }
 

@@ -113,7 +113,9 @@ struct Lane {
 
 #[derive(Default)]
 struct Slot {
-    next: std::collections::VecDeque<(Origin, SourceEvent)>,
+    /// With when the first of them arrived (a newer event from the same place keeps
+    /// the older one's time: the place has had news pending since then).
+    next: std::collections::VecDeque<(Origin, Instant, SourceEvent)>,
     drained: Vec<oneshot::Sender<()>>,
     /// An event is being applied.
     busy: bool,
@@ -135,12 +137,12 @@ impl Lane {
         if s.closed {
             return Some(ev);
         }
-        match s.next.iter_mut().find(|(f, _)| *f == from) {
+        match s.next.iter_mut().find(|(f, _, _)| *f == from) {
             Some(older) => {
                 METRICS.plugin_versions_superseded.inc();
-                older.1 = ev;
+                older.2 = ev;
             }
-            None => s.next.push_back((from, ev)),
+            None => s.next.push_back((from, Instant::now(), ev)),
         }
         drop(s);
         self.wake.notify_one();
@@ -163,11 +165,11 @@ impl Lane {
         // Closed however the task ends (a panic included), so no event is put into a
         // lane nobody runs.
         let _closing = Closing(self.clone());
-        // A version waiting for its identity, when a version was last applied, the
-        // reload interval, and whether the next version to apply had to wait for it.
+        // A version waiting for its identity, when a version was last applied, and the
+        // reload interval.
         let mut waiting: Option<(Origin, Box<PluginSpec>)> = None;
         let mut applied: Option<Instant> = None;
-        let (mut interval, mut waited) = (MIN_RELOAD_INTERVAL, false);
+        let mut interval = MIN_RELOAD_INTERVAL;
         loop {
             let wake = self.wake.notified();
             let ev = {
@@ -188,12 +190,12 @@ impl Lane {
                     }
                 }
             };
-            let Some((from, ev)) = ev else {
+            let Some((from, arrived, ev)) = ev else {
                 tokio::select! {
                     _ = wake => {}
                     _ = tokio::time::sleep(IDENTITY_RETRY), if waiting.is_some() => {
                         let (from, spec) = waiting.take().expect("a waiting version");
-                        match admit(&ctx, &spec).await {
+                        match admit(&ctx, &spec, interval).await {
                             Ok(()) => applied = Some(Instant::now()),
                             Err(("identity", _)) => waiting = Some((from, spec)),
                             Err((kind, reason)) => report(&ctx, &spec, kind, &reason).await,
@@ -216,21 +218,24 @@ impl Lane {
                     if let Some(due) = applied.map(|t| t + interval)
                         && due > Instant::now()
                     {
-                        waited = true;
                         tokio::time::sleep_until(due).await;
                         let mut s = self.slot.lock().unwrap();
-                        if s.next.iter().any(|(f, _)| *f == from) {
-                            METRICS.plugin_versions_superseded.inc();
-                        } else {
-                            s.next.push_front((from, SourceEvent::Upsert(spec)));
+                        match s.next.iter_mut().find(|(f, _, _)| *f == from) {
+                            Some(newer) => {
+                                METRICS.plugin_versions_superseded.inc();
+                                newer.1 = newer.1.min(arrived);
+                            }
+                            None => s.next.push_front((from, arrived, SourceEvent::Upsert(spec))),
                         }
                         continue;
                     }
-                    applied = Some(Instant::now());
-                    if std::mem::take(&mut waited) {
+                    // News that came within the interval of the last load: versions in
+                    // a loop (however long that load took), so the interval doubles.
+                    if applied.is_some_and(|t| arrived < t + interval) {
                         interval = (interval * 2).min(MAX_RELOAD_INTERVAL);
                     }
-                    if let Err((kind, reason)) = admit(&ctx, &spec).await {
+                    applied = Some(Instant::now());
+                    if let Err((kind, reason)) = admit(&ctx, &spec, interval).await {
                         report(&ctx, &spec, kind, &reason).await;
                         if kind == "identity" {
                             waiting = Some((from, spec));
@@ -260,8 +265,9 @@ impl Drop for Closing {
     }
 }
 
-/// Checks the version's identity, decodes its bytes and applies it: Err(kind, reason).
-async fn admit(ctx: &Ctx, spec: &PluginSpec) -> Result<(), (&'static str, String)> {
+/// Checks the version's identity, decodes its bytes and applies it (the next version
+/// may come `next_after` from now): Err(kind, reason).
+async fn admit(ctx: &Ctx, spec: &PluginSpec, next_after: Duration) -> Result<(), (&'static str, String)> {
     let mut spec = spec.clone();
     match (&ctx.identities, &spec.identity) {
         (Identities::Host, _) => spec.identity = None,
@@ -277,7 +283,7 @@ async fn admit(ctx: &Ctx, spec: &PluginSpec) -> Result<(), (&'static str, String
         }
     }
     spec.bytes = bytes::decode(&spec.bytes).map_err(|e| ("decode", e.to_string()))?.into();
-    ctx.registry.apply(spec).await.map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
+    ctx.registry.apply(spec, next_after).await.map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
 }
 
 async fn report(ctx: &Ctx, spec: &PluginSpec, kind: &str, reason: &str) {
