@@ -7,10 +7,10 @@
 //! Why: a compile is the heaviest thing the host does (Cranelift takes seconds and tens
 //! of MiB for a 1 MB plugin), and anyone who may write a plugin ConfigMap can ask for
 //! one as often as the source lets them (at most once a second per plugin, less
-//! often while its versions keep coming, see `sources::driver`). One at a time bounds the memory compiles take together and
-//! leaves the other core to reconciles and reviews; the delay means a plugin rewritten
-//! in a loop costs no Cranelift work at all (each version is gone before its tier-up
-//! starts); the time cap turns a compile that does not end into a rejected version
+//! often while its versions keep coming, see `sources::driver`). One at a time bounds
+//! the memory compiles take together and leaves the other core to reconciles and
+//! reviews; the delay means a plugin rewritten in a loop costs no Cranelift work at all
+//! (each version is gone before its tier-up starts); the time cap turns a compile that does not end into a rejected version
 //! instead of a stuck load. Compiled code is shared by sha256, so the same bytes under
 //! many names compile once. (Lowering the compile threads' CPU priority was tried and
 //! dropped: on a busy machine a niced compile starved for minutes.)
@@ -39,7 +39,7 @@ pub const TIER_UP_DELAY: Duration = Duration::from_secs(2);
 /// version after a quiet second does not wait).
 pub const MIN_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// The most: what a plugin rewritten in a loop settles at (the interval doubles each
-/// time a version had to wait). Why 16 s: a compile (a quarter of a second of a core
+/// time a version arrives within it). Why 16 s: a compile (a quarter of a second of a core
 /// for a 1 MB plugin, by Winch) every 16 s is under 2 % of a core, while an author who
 /// edits in a loop still sees each edit within 16 s.
 pub const MAX_RELOAD_INTERVAL: Duration = Duration::from_secs(16);

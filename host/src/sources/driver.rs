@@ -11,9 +11,10 @@
 //! comes from (each event is the plugin's whole state there, so the newest says all),
 //! and that a lane applies a new version at most once per reload interval, which
 //! starts at [`MIN_RELOAD_INTERVAL`] and doubles, up to [`MAX_RELOAD_INTERVAL`], each
-//! time a version had to wait for it: a ConfigMap rewritten ten times a second for a
-//! minute costs seven compiles, not six hundred, and the newest version still wins. The
-//! interval is back at its least once the plugin has been quiet for it (the lane ends).
+//! time a version arrives within the interval of the last load: a ConfigMap rewritten
+//! ten times a second for a minute costs nine loads, not six hundred
+//! (`scripts/bench-abuse.py`), and the newest version still wins. The interval is back
+//! at its least once the plugin has been quiet for it (the lane ends).
 //! A source's `Synced` counts once every lane has applied what was sent before it.
 
 use super::{SourceEvent, bytes};
