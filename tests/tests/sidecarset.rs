@@ -90,7 +90,13 @@ fn injects_defaults_validates_and_counts() -> Result<()> {
             {"name": "after", "image": "busybox:1.36", "podInjectPolicy": "AfterAppContainer"}
         ]
     });
-    apply(&sidecarset(&name, spec.clone())).map_err(anyhow::Error::msg)?;
+    // A webhook configuration another test of this binary just deleted can linger in
+    // the apiserver's cache for a moment, naming a port a newer host has since taken
+    // (seen in CI: "plugin \"sidecarset\" is not loaded" from the probe host): retry
+    // until this test's own host answers.
+    eventually("the SidecarSet is admitted by this test's host", Duration::from_secs(20), || {
+        apply(&sidecarset(&name, spec.clone())).map(|_| ()).map_err(anyhow::Error::msg)
+    })?;
 
     // Defaults on the stored object.
     let stored = get_json(&["sidecarset", &name]).unwrap();
