@@ -98,12 +98,11 @@ def vm(pid, field):
 def settle(pid, limit=90):
     """Until the host has been idle for a second (its background Cranelift tier-ups
     done): alone must not be measured beside the host's own compiles."""
-    ticks = lambda: sum(int(x) for x in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
-    hz, end = os.sysconf("SC_CLK_TCK"), time.time() + limit
+    end = time.time() + limit
     while time.time() < end:
-        before = ticks()
+        before = cpu_seconds(pid)
         time.sleep(1)
-        if (ticks() - before) / hz < 0.05:
+        if cpu_seconds(pid) - before < 0.05:
             return
     print(f"the host was still busy after {limit} s; measuring anyway", file=sys.stderr)
 
