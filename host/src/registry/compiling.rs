@@ -39,7 +39,7 @@ pub const TIER_UP_DELAY: Duration = Duration::from_secs(2);
 /// version after a quiet second does not wait).
 pub const MIN_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// The most: what a plugin rewritten in a loop settles at (the interval doubles each
-/// time a version arrives within it). Why 16 s: a compile (a quarter of a second of a core
+/// time a version arrives within twice it). Why 16 s: a compile (a quarter of a second of a core
 /// for a 1 MB plugin, by Winch) every 16 s is under 2 % of a core, while an author who
 /// edits in a loop still sees each edit within 16 s.
 pub const MAX_RELOAD_INTERVAL: Duration = Duration::from_secs(16);
