@@ -24,23 +24,18 @@ use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What the local apiserver sent for a Pod a Deployment created (captured by
+/// `scripts/capture-review.py`): defaulted, with its ServiceAccount volume, tolerations,
+/// managedFields and `request.options`, as every webhook in a cluster sees them.
+const POD_REVIEW: &str = include_str!("pod-review.json");
+
 fn review(i: u64) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": format!("u-{i}"), "operation": "CREATE", "namespace": "bench-admission",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "userInfo": {"username": "bench"},
-            "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"generateName": "web-", "namespace": "bench-admission", "labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "app", "image": "nginx:1.27",
-                    "env": [{"name": "TZ", "value": "UTC"}],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-                    "volumes": [{"name": "data", "emptyDir": {}}]}}
-        }
-    }))
-    .unwrap()
+    thread_local! {
+        static CAPTURED: serde_json::Value = serde_json::from_str(POD_REVIEW).expect("pod-review.json is JSON");
+    }
+    let mut r = CAPTURED.with(|c| c.clone());
+    r["request"]["uid"] = format!("u-{i}").into();
+    serde_json::to_vec(&r).unwrap()
 }
 
 /// When a connection's reviews are due.

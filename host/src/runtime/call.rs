@@ -91,6 +91,8 @@ impl Runtime {
                 }
             };
             phase = Phase::Running;
+            // Guest code runs from here on (instantiation included): the epoch ticks.
+            let _ticking = self.ticker.running();
             // Yield to the async runtime on every tick; the timeout bounds the total.
             store.set_epoch_deadline(1);
             store.epoch_deadline_callback(throttle(plugin.clone(), self.config.tick, self.cpu.clone(), meter.clone()));

@@ -1,7 +1,8 @@
 //! The runtime: the only place that touches wasmtime.
 //!
 //! One [`Runtime`] holds the engines (Cranelift with a pooling allocator, and Winch for
-//! quick loads — see `tiers`), with epoch interruption driven by a ticker thread, and
+//! quick loads — see `tiers`), with epoch interruption driven by a ticker thread that sleeps while no call runs
+//! (`ticker`), and
 //! their Linkers with the contract's imports and a locked-down WASI.
 //! [`Runtime::compile`] turns plugin bytes into a [`Compiled`] (Component + pre-checked
 //! instantiation) and [`Runtime::optimize`] later swaps in Cranelift's code. Each
@@ -29,6 +30,7 @@ mod cpu;
 mod error;
 mod host;
 mod output;
+mod ticker;
 mod tiers;
 mod warm;
 
@@ -65,6 +67,8 @@ pub struct Runtime {
     /// Short calls first, long ones take turns (see `cpu`).
     cpu: Arc<cpu::Cpu>,
     code_cache: Option<CodeCache>,
+    /// Advances the epoch while a call runs (see `ticker`).
+    ticker: ticker::Ticker,
 }
 
 impl Runtime {
@@ -82,22 +86,14 @@ impl Runtime {
         };
 
         let weak: Vec<_> = std::iter::once(&optimizing).chain(&baseline).map(|t| t.engine.weak()).collect();
-        let tick = config.tick;
-        std::thread::Builder::new()
-            .name("wasmop-epoch".into())
-            .spawn(move || {
-                while let Some(engine) = weak[0].upgrade() {
-                    engine.increment_epoch();
-                    for w in &weak[1..] {
-                        if let Some(e) = w.upgrade() {
-                            e.increment_epoch();
-                        }
-                    }
-                    drop(engine);
-                    std::thread::sleep(tick);
+        let ticker = ticker::Ticker::start(config.tick, move || {
+            for w in &weak {
+                if let Some(e) = w.upgrade() {
+                    e.increment_epoch();
                 }
-            })
-            .map_err(|e| RuntimeError::Compile(format!("epoch thread: {e}")))?;
+            }
+        })
+        .map_err(|e| RuntimeError::Compile(format!("epoch thread: {e}")))?;
 
         let n = config.max_instances.max(1);
         Ok(Runtime {
@@ -110,6 +106,7 @@ impl Runtime {
             code_cache: config.cache_dir.clone().map(|d| CodeCache::new(d, config.cache_max_bytes)),
             config,
             parked: Default::default(),
+            ticker,
         })
     }
 
