@@ -152,6 +152,7 @@ bench-smoke:
 	scripts/bench-converge.sh 3 wasm
 	scripts/bench-converge.sh 3 native
 	scripts/bench-reload.py 1
+	scripts/bench-idle.py 1
 
 clean: demo-down
 	cargo clean

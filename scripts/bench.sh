@@ -45,6 +45,14 @@ out=$(mktemp)
   echo "|---|---|---|---|---|"
   scripts/bench-isolation.py 3 150
   echo
+  echo "### Idle host"
+  echo
+  echo 'Command: `scripts/bench-idle.py 3` (both shipped plugins, leader election, webhooks, compile cache; after the tier-ups; median of 3 × 20 s)'
+  echo
+  echo "| setup | host CPU per 20 s | wake-ups per 20 s | by thread | runs |"
+  echo "|---|---|---|---|---|"
+  scripts/bench-idle.py 3
+  echo
   echo "### Hot reload"
   echo
   echo 'Command: `scripts/bench-reload.py 5` (ConfigMap apply → `plugin loaded` in the host log; median of 5, min–max)'

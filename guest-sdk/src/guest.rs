@@ -3,7 +3,7 @@
 
 wit_bindgen::generate!({
     path: "../wit",
-    world: "webhook-plugin",
+    world: "full-plugin",
     pub_export_macro: true,
     default_bindings_module: "wasmop_sdk::guest",
 });
@@ -12,6 +12,7 @@ use crate::{Cluster, Context, ListParams, Reconciler};
 use crate::{Error, EventType, KindRef, LogLevel, ObjectRef};
 use exports::wasmop::operator::admission as adm;
 use exports::wasmop::operator::reconciler as rec;
+use exports::wasmop::operator::selectors as sel;
 use wasmop::operator::{cluster, events, log, types as wt};
 
 pub use adm::Guest as AdmissionGuest;
@@ -19,6 +20,8 @@ pub use adm::Handler as WitHandler;
 pub use rec::Guest as ReconcilerGuest;
 pub use rec::Request as WitRequest;
 pub use rec::{Action as WitAction, PluginManifest as WitManifest, ReconcileError as WitReconcileError};
+pub use sel::Guest as SelectorsGuest;
+pub use sel::SelectorWatch as WitSelectorWatch;
 
 /// The host, seen through the SDK's [`Cluster`] trait.
 struct HostCluster;
@@ -118,6 +121,18 @@ impl Cluster for HostCluster {
 }
 
 #[doc(hidden)]
+pub fn selector_watches<R: Reconciler>(settings: &str) -> Result<Vec<WitSelectorWatch>, String> {
+    let m = R::manifest(settings)?;
+    Ok(m.watches
+        .iter()
+        .filter_map(|w| match &w.mapping {
+            crate::Mapping::Selector(path) => Some(WitSelectorWatch { kind: wit_kind(&w.kind), path: path.clone() }),
+            _ => None,
+        })
+        .collect())
+}
+
+#[doc(hidden)]
 pub fn manifest<R: Reconciler>(settings: &str) -> Result<WitManifest, String> {
     let m = R::manifest(settings)?;
     Ok(WitManifest {
@@ -133,7 +148,7 @@ pub fn manifest<R: Reconciler>(settings: &str) -> Result<WitManifest, String> {
             .map(|w| rec::Watch {
                 kind: wit_kind(&w.kind),
                 mapping: match &w.mapping {
-                    crate::Mapping::AllPrimaries => rec::Mapping::AllPrimaries,
+                    crate::Mapping::AllPrimaries | crate::Mapping::Selector(_) => rec::Mapping::AllPrimaries,
                     crate::Mapping::Label(l) => rec::Mapping::Label(l.clone()),
                     crate::Mapping::SameName => rec::Mapping::SameName,
                 },

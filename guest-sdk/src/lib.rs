@@ -79,6 +79,14 @@ macro_rules! export_plugin {
                     $crate::guest::reconcile::<$ty>(request)
                 }
             }
+            impl $crate::guest::SelectorsGuest for __WasmopExport {
+                fn selector_watches(
+                    settings: ::std::string::String,
+                ) -> ::std::result::Result<::std::vec::Vec<$crate::guest::WitSelectorWatch>, ::std::string::String>
+                {
+                    $crate::guest::selector_watches::<$ty>(&settings)
+                }
+            }
             impl $crate::guest::AdmissionGuest for __WasmopExport {
                 fn handlers(settings: ::std::string::String) -> ::std::vec::Vec<$crate::guest::WitHandler> {
                     $crate::guest::handlers::<$wh>(&settings)

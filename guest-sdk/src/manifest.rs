@@ -45,6 +45,13 @@ pub enum Mapping {
     Label(String),
     /// The primary of the same name and namespace.
     SameName,
+    /// The primaries whose label selector, at this field path from the primary's root
+    /// (`["spec", "selector"]`), matches the object's labels before or after the change
+    /// (in the object's namespace when primaries are namespaced). A primary whose
+    /// selector is missing or invalid is reconciled on every change. Crosses the
+    /// contract as `all-primaries` plus the `selectors` export, so hosts without
+    /// selector mappings still run the plugin (reconciling every primary).
+    Selector(Vec<String>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,6 +17,7 @@
 
 use super::backoff::Backoff;
 use super::queue::Queue;
+use super::selector::{self, SeenLabels};
 use super::watches::{self, Role, Seen, Source};
 use crate::gateway::{Backend, Caches, EventType, Gateway, KubeBackend, ObjectRef, PrimaryCache};
 use crate::health::Health;
@@ -116,6 +117,7 @@ pub(super) async fn run(
     let total_streams = streams.len();
     let mut events = futures::stream::select_all(streams);
     let mut relisting: HashMap<Source, HashSet<ObjectRef>> = HashMap::new();
+    let mut labels_seen = SeenLabels::default();
     let mut synced: HashSet<Source> = HashSet::new();
     loop {
         tokio::select! {
@@ -141,7 +143,7 @@ pub(super) async fn run(
                 }
                 Some((source, Ok(ev))) => {
                     let done = matches!(ev, watcher::Event::InitDone);
-                    on_event(&manifest, source.clone(), ev, &cache, &queue, &mut relisting);
+                    on_event(&manifest, source.clone(), ev, &cache, &queue, &mut relisting, &mut labels_seen);
                     if done && synced.insert(source) && synced.len() == total_streams {
                         shared.health.controller(&name, true);
                         shared.caches.publish(&name, published.clone());
@@ -197,6 +199,7 @@ fn on_event(
     cache: &Cache,
     queue: &Queue<ObjectRef>,
     relisting: &mut HashMap<Source, HashSet<ObjectRef>>,
+    labels_seen: &mut SeenLabels,
 ) {
     use watcher::Event::*;
     let role = source.0;
@@ -206,15 +209,31 @@ fn on_event(
             return;
         }
         InitDone => {
-            // Primaries gone while the watch was down: reconcile them once as deleted.
-            if let (Role::Primary, Some(seen)) = (role, relisting.remove(&source)) {
-                let mut c = cache.lock().unwrap();
-                let in_scope = |k: &ObjectRef| source.1.is_none() || k.namespace == source.1;
-                let gone: Vec<ObjectRef> = c.keys().filter(|k| in_scope(k) && !seen.contains(*k)).cloned().collect();
-                for k in gone {
-                    c.remove(&k);
-                    queue.add(k);
+            let Some(seen) = relisting.remove(&source) else { return };
+            let in_scope = |k: &ObjectRef| source.1.is_none() || k.namespace == source.1;
+            match role {
+                // Primaries gone while the watch was down: reconcile them once as deleted.
+                Role::Primary => {
+                    let mut c = cache.lock().unwrap();
+                    let gone: Vec<ObjectRef> =
+                        c.keys().filter(|k| in_scope(k) && !seen.contains(*k)).cloned().collect();
+                    for k in gone {
+                        c.remove(&k);
+                        queue.add(k);
+                    }
                 }
+                // Objects gone meanwhile were news to the primaries that selected them.
+                Role::Watched(i) => {
+                    if let Mapping::Selector(path) = &m.watches[i].mapping {
+                        let kind = &m.watches[i].kind;
+                        let of_source =
+                            |k: &ObjectRef| in_scope(k) && k.kind == kind.kind && k.api_version == kind.api_version;
+                        for (oref, before) in labels_seen.forget_unseen(of_source, &seen) {
+                            selector::enqueue(m, cache, queue, path, &oref, Some(&before), None);
+                        }
+                    }
+                }
+                Role::Owned(_) => {}
             }
             return;
         }
@@ -259,6 +278,11 @@ fn on_event(
                     }
                 }
                 Mapping::SameName => queue.add(ObjectRef::new(&m.primary, ns.as_deref(), &oref.name)),
+                Mapping::Selector(path) => {
+                    let now = metadata.labels.unwrap_or_default();
+                    let before = labels_seen.update(&oref, (!deleted).then_some(&now));
+                    selector::enqueue(m, cache, queue, path, &oref, before.as_ref(), Some(&now));
+                }
             }
         }
     }

@@ -5,6 +5,7 @@
 mod backoff;
 pub mod controller;
 mod queue;
+mod selector;
 mod watches;
 
 pub use backoff::Backoff;

@@ -2,9 +2,10 @@
 
 wasmtime::component::bindgen!({
     path: "../wit",
-    // The larger world: its imports are the `plugin` world's, and its `admission` export
-    // is looked up per component, so plugins built for either world load.
-    world: "webhook-plugin",
+    // The largest world: its imports are the `plugin` world's, and its optional exports
+    // (`admission`, `selectors`) are looked up per component, so plugins built for any
+    // world load.
+    world: "full-plugin",
     imports: { default: async | trappable },
     exports: { default: async },
 });

@@ -1,6 +1,7 @@
 //! Between the generated WIT types and the host's domain types (the SDK's).
 
 use super::bindings::exports::wasmop::operator::reconciler as rec;
+use super::bindings::exports::wasmop::operator::selectors as sel;
 use super::bindings::wasmop::operator::types;
 use wasmop_sdk::{KindRef, Manifest, Mapping, ObjectRef, Permission, Verb, Watch};
 
@@ -17,7 +18,24 @@ pub fn wit_ref(r: &ObjectRef) -> types::ObjectRef {
     }
 }
 
-pub fn manifest(m: rec::PluginManifest) -> Manifest {
+/// The plugin's manifest, with the watches its `selectors` export narrows (each must
+/// name a watch with mapping `all-primaries`, once).
+pub fn manifest(m: rec::PluginManifest, selectors: Vec<sel::SelectorWatch>) -> Result<Manifest, String> {
+    let mut m = plain(m);
+    for s in selectors {
+        let k = kind(s.kind);
+        let w = m.watches.iter_mut().find(|w| w.kind == k && w.mapping == Mapping::AllPrimaries).ok_or_else(|| {
+            format!("selector-watches: {k} is not among the manifest's watches with mapping all-primaries")
+        })?;
+        if s.path.is_empty() {
+            return Err(format!("selector-watches: {k}: the selector's path is empty"));
+        }
+        w.mapping = Mapping::Selector(s.path);
+    }
+    Ok(m)
+}
+
+fn plain(m: rec::PluginManifest) -> Manifest {
     Manifest {
         name: m.name,
         version: m.version,
@@ -73,4 +91,49 @@ pub fn to_wit(e: wasmop_sdk::Error) -> types::Error {
 
 pub fn sdk_ref(r: types::ObjectRef) -> wasmop_sdk::ObjectRef {
     wasmop_sdk::ObjectRef { api_version: r.api_version, kind: r.kind, namespace: r.namespace, name: r.name }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wit_kind(api_version: &str, kind: &str) -> types::KindRef {
+        types::KindRef { api_version: api_version.into(), kind: kind.into() }
+    }
+
+    fn manifest_watching(mapping: rec::Mapping) -> rec::PluginManifest {
+        rec::PluginManifest {
+            name: "sets".into(),
+            version: "1".into(),
+            primary: wit_kind("apps.kruise.io/v1alpha1", "SidecarSet"),
+            namespaced: false,
+            namespaces: vec![],
+            owns: vec![],
+            watches: vec![rec::Watch { kind: wit_kind("v1", "Pod"), mapping }],
+            permissions: vec![],
+        }
+    }
+
+    fn selecting(kind: &str, path: &[&str]) -> Vec<sel::SelectorWatch> {
+        vec![sel::SelectorWatch { kind: wit_kind("v1", kind), path: path.iter().map(|s| s.to_string()).collect() }]
+    }
+
+    #[test]
+    fn a_selector_watch_narrows_the_all_primaries_watch_of_its_kind() {
+        let m =
+            manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &["spec", "selector"])).unwrap();
+        assert_eq!(m.watches[0].mapping, Mapping::Selector(vec!["spec".into(), "selector".into()]));
+        let m = manifest(manifest_watching(rec::Mapping::AllPrimaries), vec![]).unwrap();
+        assert_eq!(m.watches[0].mapping, Mapping::AllPrimaries, "a plugin without selectors keeps its mapping");
+    }
+
+    #[test]
+    fn a_selector_watch_for_no_such_watch_or_with_no_path_is_refused_by_name() {
+        let e = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Secret", &["spec"])).unwrap_err();
+        assert!(e.contains("v1/Secret is not among the manifest's watches"), "{e}");
+        let e = manifest(manifest_watching(rec::Mapping::SameName), selecting("Pod", &["spec"])).unwrap_err();
+        assert!(e.contains("v1/Pod is not among the manifest's watches with mapping all-primaries"), "{e}");
+        let e = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &[])).unwrap_err();
+        assert!(e.contains("path is empty"), "{e}");
+    }
 }

@@ -178,10 +178,19 @@ impl Runtime {
         let limits = Limits { deadline: limits.deadline.min(DESCRIBE_DEADLINE), ..limits.clone() };
         let r = self
             .call(c, name, None, &limits, None, async |code, i, s| {
-                code.reconciler.load(&mut *s, i)?.call_manifest(s, settings).await
+                let m = code.reconciler.load(&mut *s, i)?.call_manifest(&mut *s, settings).await?;
+                let selectors = match &code.selectors {
+                    Some(x) => x.load(&mut *s, i)?.call_selector_watches(&mut *s, settings).await?,
+                    None => Ok(Vec::new()),
+                };
+                Ok((m, selectors))
             })
             .await?;
-        r.map(convert::manifest).map_err(RuntimeError::Manifest)
+        match r {
+            (Ok(m), Ok(selectors)) => convert::manifest(m, selectors).map_err(RuntimeError::Manifest),
+            (Err(e), _) => Err(RuntimeError::Manifest(e)),
+            (_, Err(e)) => Err(RuntimeError::Manifest(format!("selector-watches: {e}"))),
+        }
     }
 
     /// Runs one reconcile. The outer error is the host's view (trap, timeout); the inner

@@ -20,9 +20,10 @@ use arc_swap::ArcSwap;
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy};
 
-use super::bindings::WebhookPlugin as PluginBindings;
+use super::bindings::FullPlugin as PluginBindings;
 use super::bindings::exports::wasmop::operator::admission::GuestIndices as AdmissionIndices;
 use super::bindings::exports::wasmop::operator::reconciler::GuestIndices as ReconcilerIndices;
+use super::bindings::exports::wasmop::operator::selectors::GuestIndices as SelectorsIndices;
 use super::host::HostState;
 use super::{RuntimeConfig, RuntimeError};
 
@@ -85,7 +86,8 @@ impl Tier {
         let pre = self.linker.instantiate_pre(component).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
         let reconciler = ReconcilerIndices::new(&pre).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
         let admission = AdmissionIndices::new(&pre).ok();
-        Ok(Code { pre, reconciler, admission, optimized })
+        let selectors = SelectorsIndices::new(&pre).ok();
+        Ok(Code { pre, reconciler, admission, selectors, optimized })
     }
 }
 
@@ -121,6 +123,8 @@ pub(super) struct Code {
     pub reconciler: ReconcilerIndices,
     /// None: the plugin was built for the `plugin` world and serves no webhooks.
     pub admission: Option<AdmissionIndices>,
+    /// None: the plugin narrows no watch by selectors (it predates them, or needs none).
+    pub selectors: Option<SelectorsIndices>,
     pub optimized: bool,
 }
 

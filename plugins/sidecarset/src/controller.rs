@@ -26,7 +26,9 @@ impl Reconciler for SidecarSetController {
     fn manifest(_settings: &str) -> Result<Manifest, String> {
         Ok(Manifest::new::<SidecarSet>("sidecarset", env!("CARGO_PKG_VERSION"))
             .cluster_scoped()
-            .watches::<Pod>(Mapping::AllPrimaries)
+            // A Pod's change reconciles only the sets whose selector picks it (before
+            // or after the change), as Kruise's Pod handler enqueues: not every set.
+            .watches::<Pod>(Mapping::Selector(vec!["spec".into(), "selector".into()]))
             .allow::<SidecarSet>(&[Verb::UpdateStatus])
             .allow::<Pod>(&[Verb::Update])
             .allow::<Namespace>(&[Verb::Get, Verb::List]))
