@@ -153,6 +153,7 @@ bench-smoke:
 	scripts/bench-converge.sh 3 native
 	scripts/bench-reload.py 1
 	scripts/bench-idle.py 1
+	scripts/bench-selectors.py 2 1 2
 
 clean: demo-down
 	cargo clean

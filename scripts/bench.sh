@@ -53,6 +53,14 @@ out=$(mktemp)
   echo "|---|---|---|---|---|"
   scripts/bench-idle.py 3
   echo
+  echo "### Reconciles per Pod event beside SidecarSets that do not select it"
+  echo
+  echo 'Command: `scripts/bench-selectors.py 20 1 10 100` (20 Pods created one by one; one set selects them)'
+  echo
+  echo "| SidecarSets | Pods | reconciles per Pod | host calls per Pod |"
+  echo "|---|---|---|---|"
+  scripts/bench-selectors.py 20 1 10 100
+  echo
   echo "### Hot reload"
   echo
   echo 'Command: `scripts/bench-reload.py 5` (ConfigMap apply → `plugin loaded` in the host log; median of 5, min–max)'
