@@ -17,7 +17,7 @@
 
 use super::backoff::Backoff;
 use super::queue::Queue;
-use super::selector::{self, SeenLabels};
+use super::selector::{self, Selecting};
 use super::watches::{self, Role, Seen, Source};
 use crate::gateway::{Backend, Caches, EventType, Gateway, KubeBackend, ObjectRef, PrimaryCache};
 use crate::health::Health;
@@ -117,7 +117,7 @@ pub(super) async fn run(
     let total_streams = streams.len();
     let mut events = futures::stream::select_all(streams);
     let mut relisting: HashMap<Source, HashSet<ObjectRef>> = HashMap::new();
-    let mut labels_seen = SeenLabels::default();
+    let mut selecting = Selecting::default();
     let mut synced: HashSet<Source> = HashSet::new();
     loop {
         tokio::select! {
@@ -143,7 +143,7 @@ pub(super) async fn run(
                 }
                 Some((source, Ok(ev))) => {
                     let done = matches!(ev, watcher::Event::InitDone);
-                    on_event(&manifest, source.clone(), ev, &cache, &queue, &mut relisting, &mut labels_seen);
+                    on_event(&manifest, source.clone(), ev, &cache, &queue, &mut relisting, &mut selecting);
                     if done && synced.insert(source) && synced.len() == total_streams {
                         shared.health.controller(&name, true);
                         shared.caches.publish(&name, published.clone());
@@ -199,7 +199,7 @@ fn on_event(
     cache: &Cache,
     queue: &Queue<ObjectRef>,
     relisting: &mut HashMap<Source, HashSet<ObjectRef>>,
-    labels_seen: &mut SeenLabels,
+    selecting: &mut Selecting,
 ) {
     use watcher::Event::*;
     let role = source.0;
@@ -228,8 +228,16 @@ fn on_event(
                         let kind = &m.watches[i].kind;
                         let of_source =
                             |k: &ObjectRef| in_scope(k) && k.kind == kind.kind && k.api_version == kind.api_version;
-                        for (oref, before) in labels_seen.forget_unseen(of_source, &seen) {
-                            selector::enqueue(m, cache, queue, path, &oref, Some(&before), None);
+                        for (oref, before) in selecting.labels.forget_unseen(of_source, &seen) {
+                            selector::enqueue(
+                                m,
+                                cache,
+                                &mut selecting.parsed,
+                                queue,
+                                path,
+                                &oref,
+                                (Some(&before), None),
+                            );
                         }
                     }
                 }
@@ -280,8 +288,16 @@ fn on_event(
                 Mapping::SameName => queue.add(ObjectRef::new(&m.primary, ns.as_deref(), &oref.name)),
                 Mapping::Selector(path) => {
                     let now = metadata.labels.unwrap_or_default();
-                    let before = labels_seen.update(&oref, (!deleted).then_some(&now));
-                    selector::enqueue(m, cache, queue, path, &oref, before.as_ref(), Some(&now));
+                    let before = selecting.labels.update(&oref, (!deleted).then_some(&now));
+                    selector::enqueue(
+                        m,
+                        cache,
+                        &mut selecting.parsed,
+                        queue,
+                        path,
+                        &oref,
+                        (before.as_ref(), Some(&now)),
+                    );
                 }
             }
         }

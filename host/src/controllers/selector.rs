@@ -17,10 +17,19 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use wasmop_sdk::ObjectRef;
 
 pub type Labels = BTreeMap<String, String>;
+
+/// What a controller keeps for its selector mappings.
+#[derive(Default)]
+pub struct Selecting {
+    pub labels: SeenLabels,
+    pub parsed: Parsed,
+}
 
 /// The labels last seen of each watched object under a selector mapping.
 #[derive(Default)]
@@ -47,50 +56,68 @@ impl SeenLabels {
     }
 }
 
-/// Whether `primary` (its JSON) selects an object labelled `labels`, by the selector
-/// at `path`; None when it has no readable selector there.
-fn selects(primary: &serde_json::Value, path: &[String], labels: &Labels) -> Option<bool> {
+/// The selector of `primary` (its JSON) at `path`; None when it has no readable one.
+fn selector(primary: &Value, path: &[String]) -> Option<Selector> {
     let at = path.iter().try_fold(primary, |v, k| v.get(k))?;
     let selector: LabelSelector = serde_json::from_value(at.clone()).ok()?;
-    let selector = Selector::try_from(selector).ok()?;
-    Some(selector.matches(labels))
+    Selector::try_from(selector).ok()
 }
 
-/// The primaries among `candidates` concerned by a change from labels `before` to
-/// `after` (either may be absent: a new or a deleted object).
-pub fn concerned<'a>(
-    candidates: impl IntoIterator<Item = (&'a ObjectRef, &'a serde_json::Value)>,
-    path: &[String],
-    before: Option<&Labels>,
-    after: Option<&Labels>,
-) -> Vec<ObjectRef> {
-    let empty = Labels::new();
-    let mut states: Vec<&Labels> = [before, after].into_iter().flatten().collect();
-    if states.is_empty() {
-        states.push(&empty);
+/// The primaries' selectors, parsed once per version of each primary: the cache holds
+/// each version as one `Arc`, so a pointer still equal is a primary unchanged. Why: a
+/// Pod event is matched against every primary, and parsing each selector again per
+/// event would cost the controller more than the match.
+#[derive(Default)]
+pub struct Parsed(HashMap<ObjectRef, (Arc<Value>, Option<Selector>)>);
+
+impl Parsed {
+    /// The primaries among `candidates` concerned by a change from labels `before` to
+    /// `after` (either may be absent: a new or a deleted object). Forgets the selectors
+    /// of primaries not among `candidates`.
+    pub fn concerned<'a>(
+        &mut self,
+        candidates: impl IntoIterator<Item = (&'a ObjectRef, &'a Arc<Value>)>,
+        path: &[String],
+        before: Option<&Labels>,
+        after: Option<&Labels>,
+    ) -> Vec<ObjectRef> {
+        let empty = Labels::new();
+        let mut states: Vec<&Labels> = [before, after].into_iter().flatten().collect();
+        if states.is_empty() {
+            states.push(&empty);
+        }
+        let mut old = std::mem::take(&mut self.0);
+        let mut out = Vec::new();
+        for (k, v) in candidates {
+            let parsed = match old.remove(k) {
+                Some((seen, s)) if Arc::ptr_eq(&seen, v) => (seen, s),
+                _ => (v.clone(), selector(v, path)),
+            };
+            // No readable selector: reconciled on every change.
+            if parsed.1.as_ref().is_none_or(|s| states.iter().any(|l| s.matches(l))) {
+                out.push(k.clone());
+            }
+            self.0.insert(k.clone(), parsed);
+        }
+        out
     }
-    candidates
-        .into_iter()
-        .filter(|(_, p)| states.iter().any(|l| selects(p, path, l).unwrap_or(true)))
-        .map(|(k, _)| k.clone())
-        .collect()
 }
 
-/// Queues the primaries whose selector at `path` selects `oref` as labelled `before`
-/// or `after` (in its namespace when primaries are namespaced).
+/// Queues the primaries whose selector at `path` selects `oref` as labelled before or
+/// after its change (`labels`; in its namespace when primaries are namespaced).
 pub(super) fn enqueue(
     m: &wasmop_sdk::Manifest,
     cache: &crate::gateway::ObjectCache,
+    parsed: &mut Parsed,
     queue: &super::queue::Queue<ObjectRef>,
     path: &[String],
     oref: &ObjectRef,
-    before: Option<&Labels>,
-    after: Option<&Labels>,
+    (before, after): (Option<&Labels>, Option<&Labels>),
 ) {
     let keys = {
         let c = cache.lock().unwrap();
         let candidates = c.iter().filter(|(k, _)| !m.namespaced || k.namespace == oref.namespace);
-        concerned(candidates.map(|(k, v)| (k, &**v)), path, before, after)
+        parsed.concerned(candidates, path, before, after)
     };
     keys.into_iter().for_each(|k| queue.add(k));
 }
@@ -104,7 +131,7 @@ mod tests {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    fn sets() -> Vec<(ObjectRef, serde_json::Value)> {
+    fn sets() -> Vec<(ObjectRef, Arc<Value>)> {
         let set = |name: &str, selector: serde_json::Value| {
             (
                 ObjectRef {
@@ -113,7 +140,7 @@ mod tests {
                     namespace: None,
                     name: name.into(),
                 },
-                json!({"metadata": {"name": name}, "spec": {"selector": selector}}),
+                Arc::new(json!({"metadata": {"name": name}, "spec": {"selector": selector}})),
             )
         };
         vec![
@@ -139,10 +166,10 @@ mod tests {
     fn a_change_reconciles_the_primaries_that_select_the_object_and_those_it_cannot_read() {
         let sets = sets();
         let web = labels(&[("app", "web")]);
-        let got = concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&web));
+        let got = Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&web));
         assert_eq!(names(got), ["everything", "garbled", "web"]);
         let cache = labels(&[("app", "cache")]);
-        let got = concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&cache));
+        let got = Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&cache));
         assert_eq!(names(got), ["db", "everything", "garbled", "not-web"]);
     }
 
@@ -150,15 +177,27 @@ mod tests {
     fn a_relabelled_object_concerns_the_sets_it_left_as_well_as_those_it_joined() {
         let sets = sets();
         let (web, db) = (labels(&[("app", "web")]), labels(&[("app", "db")]));
-        let got = concerned(sets.iter().map(|(k, v)| (k, v)), &path(), Some(&web), Some(&db));
+        let got = Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), &path(), Some(&web), Some(&db));
         assert_eq!(names(got), ["db", "everything", "garbled", "not-web", "web"]);
+    }
+
+    #[test]
+    fn a_primary_changed_since_its_selector_was_parsed_is_matched_by_its_new_selector() {
+        let mut sets = sets();
+        let mut parsed = Parsed::default();
+        let db = labels(&[("app", "db")]);
+        let got = parsed.concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&db));
+        assert!(!names(got).contains(&"web".to_owned()));
+        sets[0].1 = Arc::new(json!({"spec": {"selector": {"matchLabels": {"app": "db"}}}}));
+        let got = parsed.concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&db));
+        assert!(names(got).contains(&"web".to_owned()), "web's old selector was reused after it changed");
     }
 
     #[test]
     fn a_primary_without_a_selector_at_the_path_is_reconciled_on_every_change() {
         let k = ObjectRef { api_version: "v1".into(), kind: "X".into(), namespace: None, name: "bare".into() };
-        let v = json!({"spec": {}});
-        let got = concerned([(&k, &v)], &path(), None, Some(&labels(&[("app", "web")])));
+        let v = Arc::new(json!({"spec": {}}));
+        let got = Parsed::default().concerned([(&k, &v)], &path(), None, Some(&labels(&[("app", "web")])));
         assert_eq!(names(got), ["bare"]);
     }
 
