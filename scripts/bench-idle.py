@@ -23,17 +23,14 @@ PLUGINS = ["memcached", "sidecarset"]
 
 
 def threads(pid):
-    """{thread name: [wake-ups (voluntary context switches), CPU ticks]} summed by name."""
-    out = collections.defaultdict(lambda: [0, 0])
+    """{thread name: wake-ups (voluntary context switches)}, summed by name."""
+    out = collections.Counter()
     for t in os.listdir(f"/proc/{pid}/task"):
         try:
             name = open(f"/proc/{pid}/task/{t}/comm").read().strip()
-            switches = sum(int(l.split()[1]) for l in open(f"/proc/{pid}/task/{t}/status") if l.startswith("voluntary_ctxt_switches"))
-            stat = open(f"/proc/{pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()
+            out[name] += sum(int(l.split()[1]) for l in open(f"/proc/{pid}/task/{t}/status") if l.startswith("voluntary_ctxt_switches"))
         except OSError:
             continue
-        out[name][0] += switches
-        out[name][1] += int(stat[11]) + int(stat[12])
     return out
 
 
@@ -42,7 +39,7 @@ def window(pid):
     t0, c0 = threads(pid), cpu_seconds(pid)
     time.sleep(WINDOW)
     t1, c1 = threads(pid), cpu_seconds(pid)
-    by = {n: t1[n][0] - t0.get(n, [0, 0])[0] for n in t1}
+    by = {n: t1[n] - t0.get(n, 0) for n in t1}
     return [c1 - c0, sum(by.values()), by]
 
 

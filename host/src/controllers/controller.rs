@@ -17,7 +17,7 @@
 
 use super::backoff::Backoff;
 use super::queue::Queue;
-use super::selector::{self, Selecting};
+use super::selector::Selecting;
 use super::watches::{self, Role, Seen, Source};
 use crate::gateway::{Backend, Caches, EventType, Gateway, KubeBackend, ObjectRef, PrimaryCache};
 use crate::health::Health;
@@ -228,17 +228,7 @@ fn on_event(
                         let kind = &m.watches[i].kind;
                         let of_source =
                             |k: &ObjectRef| in_scope(k) && k.kind == kind.kind && k.api_version == kind.api_version;
-                        for (oref, before) in selecting.labels.forget_unseen(of_source, &seen) {
-                            selector::enqueue(
-                                m,
-                                cache,
-                                &mut selecting.parsed,
-                                queue,
-                                path,
-                                &oref,
-                                (Some(&before), None),
-                            );
-                        }
+                        selecting.relisted(m, cache, queue, path, of_source, &seen);
                     }
                 }
                 Role::Owned(_) => {}
@@ -288,16 +278,7 @@ fn on_event(
                 Mapping::SameName => queue.add(ObjectRef::new(&m.primary, ns.as_deref(), &oref.name)),
                 Mapping::Selector(path) => {
                     let now = metadata.labels.unwrap_or_default();
-                    let before = selecting.labels.update(&oref, (!deleted).then_some(&now));
-                    selector::enqueue(
-                        m,
-                        cache,
-                        &mut selecting.parsed,
-                        queue,
-                        path,
-                        &oref,
-                        (before.as_ref(), Some(&now)),
-                    );
+                    selecting.changed(m, cache, queue, path, &oref, (&now, deleted));
                 }
             }
         }

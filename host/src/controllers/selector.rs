@@ -27,8 +27,8 @@ pub type Labels = BTreeMap<String, String>;
 /// What a controller keeps for its selector mappings.
 #[derive(Default)]
 pub struct Selecting {
-    pub labels: SeenLabels,
-    pub parsed: Parsed,
+    labels: SeenLabels,
+    parsed: Parsed,
 }
 
 /// The labels last seen of each watched object under a selector mapping.
@@ -103,23 +103,55 @@ impl Parsed {
     }
 }
 
-/// Queues the primaries whose selector at `path` selects `oref` as labelled before or
-/// after its change (`labels`; in its namespace when primaries are namespaced).
-pub(super) fn enqueue(
-    m: &wasmop_sdk::Manifest,
-    cache: &crate::gateway::ObjectCache,
-    parsed: &mut Parsed,
-    queue: &super::queue::Queue<ObjectRef>,
-    path: &[String],
-    oref: &ObjectRef,
-    (before, after): (Option<&Labels>, Option<&Labels>),
-) {
-    let keys = {
-        let c = cache.lock().unwrap();
-        let candidates = c.iter().filter(|(k, _)| !m.namespaced || k.namespace == oref.namespace);
-        parsed.concerned(candidates, path, before, after)
-    };
-    keys.into_iter().for_each(|k| queue.add(k));
+impl Selecting {
+    /// `oref` changed and is now labelled `now` (its last labels when `deleted`):
+    /// queues the primaries whose selector at `path` selects it as labelled before or
+    /// after.
+    pub(super) fn changed(
+        &mut self,
+        m: &wasmop_sdk::Manifest,
+        cache: &crate::gateway::ObjectCache,
+        queue: &super::queue::Queue<ObjectRef>,
+        path: &[String],
+        oref: &ObjectRef,
+        (now, deleted): (&Labels, bool),
+    ) {
+        let before = self.labels.update(oref, (!deleted).then_some(now));
+        self.enqueue(m, cache, queue, path, oref, (before.as_ref(), Some(now)));
+    }
+
+    /// A re-list of the objects `in_scope` ended, having listed `listed`: those gone
+    /// meanwhile were news to the primaries that selected them.
+    pub(super) fn relisted(
+        &mut self,
+        m: &wasmop_sdk::Manifest,
+        cache: &crate::gateway::ObjectCache,
+        queue: &super::queue::Queue<ObjectRef>,
+        path: &[String],
+        in_scope: impl Fn(&ObjectRef) -> bool,
+        listed: &HashSet<ObjectRef>,
+    ) {
+        for (oref, before) in self.labels.forget_unseen(in_scope, listed) {
+            self.enqueue(m, cache, queue, path, &oref, (Some(&before), None));
+        }
+    }
+
+    fn enqueue(
+        &mut self,
+        m: &wasmop_sdk::Manifest,
+        cache: &crate::gateway::ObjectCache,
+        queue: &super::queue::Queue<ObjectRef>,
+        path: &[String],
+        oref: &ObjectRef,
+        (before, after): (Option<&Labels>, Option<&Labels>),
+    ) {
+        let keys = {
+            let c = cache.lock().unwrap();
+            let candidates = c.iter().filter(|(k, _)| !m.namespaced || k.namespace == oref.namespace);
+            self.parsed.concerned(candidates, path, before, after)
+        };
+        keys.into_iter().for_each(|k| queue.add(k));
+    }
 }
 
 #[cfg(test)]
