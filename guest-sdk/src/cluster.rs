@@ -39,6 +39,17 @@ pub trait Cluster {
     fn lists_as_text(&self) -> bool {
         false
     }
+    /// [`Cluster::get`] answered by the apiserver itself, never by the host's watch
+    /// caches (which may be one event behind the plugin's own last write): for a read
+    /// that must see a change made a moment ago. In-process clusters have no cache and
+    /// answer as `get`.
+    fn get_live(&self, object: &ObjectRef) -> Result<serde_json::Value, Error> {
+        self.get(object)
+    }
+    /// [`Cluster::list`] answered by the apiserver itself (see [`Cluster::get_live`]).
+    fn list_live(&self, kind: &KindRef, params: &ListParams) -> Result<Vec<serde_json::Value>, Error> {
+        self.list(kind, params)
+    }
     fn create(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error>;
     fn update(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error>;
     fn update_status(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error>;

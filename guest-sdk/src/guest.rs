@@ -43,6 +43,14 @@ fn wit_kind(k: &KindRef) -> wt::KindRef {
     wt::KindRef { api_version: k.api_version.clone(), kind: k.kind.clone() }
 }
 
+fn wit_params(p: &ListParams) -> cluster::ListParams {
+    cluster::ListParams {
+        namespace: p.namespace.clone(),
+        label_selector: p.label_selector.clone(),
+        field_selector: p.field_selector.clone(),
+    }
+}
+
 fn sdk_error(e: wt::Error) -> Error {
     match e {
         wt::Error::NotFound(m) => Error::NotFound(m),
@@ -75,12 +83,16 @@ impl Cluster for HostCluster {
     }
 
     fn list_text(&self, kind: &KindRef, p: &ListParams) -> Result<String, Error> {
-        let params = cluster::ListParams {
-            namespace: p.namespace.clone(),
-            label_selector: p.label_selector.clone(),
-            field_selector: p.field_selector.clone(),
-        };
-        cluster::list(&wit_kind(kind), &params).map_err(sdk_error)
+        cluster::list(&wit_kind(kind), &wit_params(p)).map_err(sdk_error)
+    }
+
+    fn get_live(&self, object: &ObjectRef) -> Result<serde_json::Value, Error> {
+        parse(cluster::get_live(&wit_ref(object)))
+    }
+
+    fn list_live(&self, kind: &KindRef, p: &ListParams) -> Result<Vec<serde_json::Value>, Error> {
+        let text = cluster::list_live(&wit_kind(kind), &wit_params(p)).map_err(sdk_error)?;
+        serde_json::from_str(&text).map_err(|e| Error::Internal(format!("host returned a bad list: {e}")))
     }
 
     fn create(&self, object: &serde_json::Value) -> Result<serde_json::Value, Error> {

@@ -94,13 +94,19 @@ fn a_plugin_runs_only_as_its_own_service_account_once_an_admin_grants_it() -> Re
     let watches = requests(&log, &plugin, "configmaps");
     assert!(watches.iter().any(|e| e["verb"] == "watch"), "the plugin's ConfigMap watch runs as the plugin");
 
-    // Revoking the grant takes effect on the next call: the apiserver checks each one.
+    // Revoking the grant takes effect on the next request: the apiserver checks each one.
     kubectl(&["delete", "rolebinding", "wasmop-plugin:probe", "-n", &ns.0]).map_err(|e| anyhow!(e))?;
-    let what = [("verb", "get"), ("apiVersion", "v1"), ("kind", "ServiceAccount"), ("name", "early-probe")];
+    let what = [("verb", "get-live"), ("apiVersion", "v1"), ("kind", "ServiceAccount"), ("name", "early-probe")];
     attack(&ns.0, "revoked", &[what.as_slice(), &[("namespace", ns.0.as_str())]].concat())?;
     let refused = format!("target=v1/ServiceAccount {}/early-probe result=forbidden", ns.0);
     eventually("the revoked plugin's call is refused", WAIT, || {
         if host.logs().contains(&refused) { Ok(()) } else { bail!("not yet") }
+    })?;
+    // Reads answered from its watch caches stop when its watches are renewed (every
+    // 60 s): the apiserver refuses them, and the host withdraws the caches.
+    eventually("the revoked plugin's caches are withdrawn", Duration::from_secs(150), || {
+        let logs = host.logs();
+        if logs.contains("watch refused by the apiserver, withdrawing its cache") { Ok(()) } else { bail!("not yet") }
     })?;
     Ok(())
 }

@@ -145,6 +145,38 @@ fn two_crs_in_one_namespace_keep_apart() -> Result<()> {
 
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
+fn reads_of_the_kinds_it_watches_never_reach_the_apiserver() -> Result<()> {
+    install_crd(CRD, "memcacheds.cache.example.com")?;
+    let ns = Namespace::new("mc-cached");
+    let _host = host_for(&ns.0)?;
+    apply(&memcached(&ns.0, "a", "1")).map_err(|e| anyhow!(e))?;
+    converged(&ns.0, "a", 1)?;
+    apply(&memcached(&ns.0, "a", "2")).map_err(|e| anyhow!(e))?;
+    converged(&ns.0, "a", 2)?;
+    // Every reconcile read its Memcached, Deployment and Pods; the audit log holds the
+    // plugin's writes but, of reads, only its watches (and their first lists).
+    let log = audit_log();
+    let plugin = format!("system:serviceaccount:{DIR_PLUGIN_ACCOUNTS}:memcached");
+    let here: Vec<&Value> =
+        audit_as(&log, &plugin).into_iter().filter(|e| e["objectRef"]["namespace"] == ns.0.as_str()).collect();
+    let of = |verb: &str, resource: &str| -> Vec<&&Value> {
+        here.iter().filter(|e| e["verb"] == verb && e["objectRef"]["resource"] == resource).collect()
+    };
+    assert!(!of("create", "deployments").is_empty(), "the plugin's requests are in the audit log");
+    assert!(!of("update", "deployments").is_empty(), "it scaled the Deployment");
+    for resource in ["memcacheds", "deployments", "pods"] {
+        assert!(of("get", resource).is_empty(), "a GET of {resource} reached the apiserver: {:?}", of("get", resource));
+        assert!(!of("watch", resource).is_empty(), "{resource} are watched as the plugin");
+        // A watch's own list has no selector; the plugin lists its Pods by label.
+        let mut lists = of("list", resource);
+        lists.retain(|e| e["requestURI"].as_str().unwrap_or("").contains("labelSelector"));
+        assert!(lists.is_empty(), "a LIST of {resource} reached the apiserver: {lists:?}");
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
 fn invalid_sizes_are_rejected_naming_the_field() -> Result<()> {
     install_crd(CRD, "memcacheds.cache.example.com")?;
     let ns = Namespace::new("mc-bad");

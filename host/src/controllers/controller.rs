@@ -19,7 +19,7 @@ use super::backoff::Backoff;
 use super::queue::Queue;
 use super::selector::Selecting;
 use super::watches::{self, Role, Seen, Source};
-use crate::gateway::{Backend, Caches, EventType, Gateway, KubeBackend, ObjectRef, PrimaryCache};
+use crate::gateway::{Backend, Caches, EventType, Gateway, KindCache, KubeBackend, ObjectRef, PluginCache};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
 use crate::registry::Handle;
@@ -40,7 +40,7 @@ pub struct Shared {
     /// trips; more would let one busy plugin take most of the host's instance slots.
     pub workers: usize,
     pub health: Arc<Health>,
-    /// Where synced primary caches are published for cached reads (reconciles and
+    /// Where synced watch caches are published for cached reads (reconciles and
     /// admission reviews of the same plugin).
     pub caches: Arc<Caches>,
     /// The shortest `requeue-after` honoured; shorter answers (0 included) wait this
@@ -66,7 +66,7 @@ pub(super) async fn run(
         (p.manifest.clone(), p.permissions.clone(), p.identity.clone())
     };
     shared.health.controller(&name, false);
-    let streams = loop {
+    let (kinds, streams) = loop {
         // Watches run as the plugin, so its caches hold only what it may read.
         let watched = tokio::select! {
             w = async {
@@ -91,28 +91,33 @@ pub(super) async fn run(
     tracing::info!(plugin = %name, primary = %manifest.primary, "controller started");
 
     let queue: Arc<Queue<ObjectRef>> = Queue::new();
-    let cache: Cache = Arc::default();
-    let published = Arc::new(PrimaryCache::new(
-        manifest.primary.clone(),
+    // One cache per watched kind; the primaries' is also where `current` comes from.
+    let objects: HashMap<Role, Cache> = kinds.iter().map(|w| (w.role, Cache::default())).collect();
+    let cache = objects[&Role::Primary].clone();
+    let published = Arc::new(PluginCache::new(
         identity.clone(),
-        (manifest.namespaced && !manifest.namespaces.is_empty()).then(|| manifest.namespaces.clone()),
-        cache.clone(),
+        kinds.into_iter().map(|w| KindCache::new(w.kind, w.namespaces, objects[&w.role].clone())).collect(),
     ));
     // Withdrawn however this controller ends, including being dropped when deposed.
     let _withdraw = Withdraw(shared.caches.clone(), name.clone(), published.clone());
     let backoff = Arc::new(Mutex::new(Backoff::default()));
-    // A JoinSet, so that aborting (or dropping) this task aborts the workers too.
+    // A JoinSet, so that aborting (or dropping) this task aborts the workers too. They
+    // start once every watch has synced, as controller-runtime's do: a reconcile then
+    // reads from complete caches, never from the apiserver, and never takes an object
+    // not listed yet for one that does not exist. Keys queued meanwhile wait.
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..shared.workers.max(1) {
-        let w = Worker {
-            handle: handle.clone(),
-            shared: shared.clone(),
-            queue: queue.clone(),
-            cache: cache.clone(),
-            backoff: backoff.clone(),
-        };
-        workers.spawn(w.run());
-    }
+    let spawn_workers = |workers: &mut tokio::task::JoinSet<()>| {
+        for _ in 0..shared.workers.max(1) {
+            let w = Worker {
+                handle: handle.clone(),
+                shared: shared.clone(),
+                queue: queue.clone(),
+                cache: cache.clone(),
+                backoff: backoff.clone(),
+            };
+            workers.spawn(w.run());
+        }
+    };
 
     let total_streams = streams.len();
     let mut events = futures::stream::select_all(streams);
@@ -143,10 +148,13 @@ pub(super) async fn run(
                 }
                 Some((source, Ok(ev))) => {
                     let done = matches!(ev, watcher::Event::InitDone);
-                    on_event(&manifest, source.clone(), ev, &cache, &queue, &mut relisting, &mut selecting);
+                    on_event(&manifest, source.clone(), ev, &objects, &queue, &mut relisting, &mut selecting);
                     if done && synced.insert(source) && synced.len() == total_streams {
                         shared.health.controller(&name, true);
                         shared.caches.publish(&name, published.clone());
+                        if workers.is_empty() {
+                            spawn_workers(&mut workers);
+                        }
                         tracing::info!(plugin = %name, "watches synced");
                     }
                 }
@@ -184,7 +192,7 @@ fn refused(e: &watcher::Error) -> bool {
     matches!(api, Some(401 | 403))
 }
 
-struct Withdraw(Arc<Caches>, String, Arc<PrimaryCache>);
+struct Withdraw(Arc<Caches>, String, Arc<PluginCache>);
 
 impl Drop for Withdraw {
     fn drop(&mut self) {
@@ -196,13 +204,14 @@ fn on_event(
     m: &wasmop_sdk::Manifest,
     source: Source,
     ev: watcher::Event<Seen>,
-    cache: &Cache,
+    objects: &HashMap<Role, Cache>,
     queue: &Queue<ObjectRef>,
     relisting: &mut HashMap<Source, HashSet<ObjectRef>>,
     selecting: &mut Selecting,
 ) {
     use watcher::Event::*;
     let role = source.0;
+    let cache = &objects[&Role::Primary];
     let (obj, deleted) = match ev {
         Init => {
             relisting.insert(source, HashSet::new());
@@ -211,17 +220,16 @@ fn on_event(
         InitDone => {
             let Some(seen) = relisting.remove(&source) else { return };
             let in_scope = |k: &ObjectRef| source.1.is_none() || k.namespace == source.1;
+            // Objects gone while the watch was down leave this kind's cache.
+            let gone: Vec<ObjectRef> = {
+                let mut c = objects[&role].lock().unwrap();
+                let gone: Vec<ObjectRef> = c.keys().filter(|k| in_scope(k) && !seen.contains(*k)).cloned().collect();
+                gone.iter().for_each(|k| drop(c.remove(k)));
+                gone
+            };
             match role {
-                // Primaries gone while the watch was down: reconcile them once as deleted.
-                Role::Primary => {
-                    let mut c = cache.lock().unwrap();
-                    let gone: Vec<ObjectRef> =
-                        c.keys().filter(|k| in_scope(k) && !seen.contains(*k)).cloned().collect();
-                    for k in gone {
-                        c.remove(&k);
-                        queue.add(k);
-                    }
-                }
+                // Primaries gone meanwhile: reconcile them once as deleted.
+                Role::Primary => gone.into_iter().for_each(|k| queue.add(k)),
                 // Objects gone meanwhile were news to the primaries that selected them.
                 Role::Watched(i) => {
                     if let Mapping::Selector(path) = &m.watches[i].mapping {
@@ -242,15 +250,14 @@ fn on_event(
     if let Some(seen) = relisting.get_mut(&source) {
         seen.insert(oref.clone());
     }
+    // The cache first: a reconcile this event queues reads the object as of the event.
+    if deleted {
+        objects[&role].lock().unwrap().remove(&oref);
+    } else {
+        objects[&role].lock().unwrap().insert(oref.clone(), Arc::new(object));
+    }
     match role {
-        Role::Primary => {
-            if deleted {
-                cache.lock().unwrap().remove(&oref);
-            } else if let Some(value) = object {
-                cache.lock().unwrap().insert(oref.clone(), Arc::new(value));
-            }
-            queue.add(oref);
-        }
+        Role::Primary => queue.add(oref),
         Role::Owned(_) => {
             let owner = metadata.owner_references.iter().flatten().find(|r| {
                 r.controller == Some(true)

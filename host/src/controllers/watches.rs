@@ -1,12 +1,17 @@
 //! A controller's watch streams, and the part of each event the controller keeps.
 //!
 //! Flow: one stream per watched kind (and per namespace when the manifest names
-//! namespaces). The primary kind is watched whole: its objects are the plugin's cache
-//! and the `current` of every reconcile. Owned and watched kinds only map an event to
-//! primary keys, which takes owner references, labels and a name, so they are watched
-//! **metadata-only** (the apiserver sends `PartialObjectMetadata`: for a Pod, a fraction
-//! of its bytes, and none of its status churn is parsed into a full object), as
-//! controller-runtime's `OnlyMetadata` watches do.
+//! namespaces). Every kind is watched **whole**: the primary's objects are the `current`
+//! of every reconcile, and each kind's objects fill the plugin's cache, which answers
+//! its `get` and `list` of that kind (`gateway::cache`). Owned and watched kinds also map
+//! each event to primary keys (owner references, labels, a name).
+//!
+//! Why whole and not metadata-only for owned and watched kinds (controller-runtime's
+//! `OnlyMetadata`, which this host used before): plugins read what they own and watch
+//! (the Memcached plugin its Deployment and Pods, the SidecarSet plugin whole Pods), and
+//! a metadata-only watch cannot answer those reads, so each one went to the apiserver:
+//! ~15 requests per Memcached. The cost is memory: a cached Pod or Deployment is a few
+//! KB of JSON values (see BENCHMARKS.md for the figure per 1,000 Memcacheds).
 //!
 //! `metadata.managedFields` is dropped from every object as it arrives, as
 //! controller-runtime's `TransformStripManagedFields` does: no reconcile reads it, it is
@@ -21,7 +26,7 @@
 use crate::gateway::{KindRef, KubeBackend, ObjectRef, Permissions, Reach, Verb};
 use futures::{Stream, StreamExt, stream::BoxStream};
 use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, DynamicResourceScope, ObjectMeta, PartialObjectMeta, Resource};
+use kube::core::{ApiResource, DynamicResourceScope, ObjectMeta, Resource};
 use kube::discovery::Scope;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
@@ -43,67 +48,63 @@ pub type Source = (Role, Option<String>);
 
 /// What the controller keeps of a watched object.
 pub struct Seen {
-    /// Built from the watched kind, not the payload: metadata-only events name their
-    /// type `meta.k8s.io/v1 PartialObjectMetadata`.
+    /// Built from the watched kind, not the payload (list items may lack their type).
     pub oref: ObjectRef,
     pub metadata: ObjectMeta,
-    /// The whole object (without managedFields); primaries only.
-    pub object: Option<Value>,
+    /// The whole object (without managedFields), for the cache.
+    pub object: Value,
+}
+
+/// One watched kind: why, what, and where its streams look (None: all namespaces, or
+/// a cluster-scoped kind); what its cache covers.
+pub struct Watched {
+    pub role: Role,
+    pub kind: KindRef,
+    pub namespaces: Option<Vec<String>>,
 }
 
 type Item = (Source, Result<watcher::Event<Seen>, watcher::Error>);
 pub type Events = BoxStream<'static, Item>;
 
-fn seen(kind: &KindRef, mut metadata: ObjectMeta) -> Option<Seen> {
-    metadata.managed_fields = None;
-    let name = metadata.name.clone()?;
-    let oref = ObjectRef::new(kind, metadata.namespace.as_deref().filter(|n| !n.is_empty()), &name);
-    Some(Seen { oref, metadata, object: None })
-}
-
-/// A primary as the plugin sees it: whole, typed, without managedFields.
-fn primary(kind: &KindRef, mut o: DynamicObject) -> Option<Seen> {
+/// An object as the plugin sees it: whole, typed, without managedFields.
+fn seen(kind: &KindRef, mut o: DynamicObject) -> Option<Seen> {
     o.metadata.managed_fields = None;
     // List and watch items may lack apiVersion/kind; the plugin gets whole objects.
     o.types
         .get_or_insert_with(|| kube::core::TypeMeta { api_version: kind.api_version.clone(), kind: kind.kind.clone() });
+    let name = o.metadata.name.clone()?;
     let object = serde_json::to_value(&o).ok()?;
-    let mut s = seen(kind, o.metadata)?;
-    s.object = Some(object);
-    Some(s)
+    let oref = ObjectRef::new(kind, o.metadata.namespace.as_deref().filter(|n| !n.is_empty()), &name);
+    Some(Seen { oref, metadata: o.metadata, object })
 }
 
 /// The streams for `m`'s primary, owned and watched kinds, made with `kube` (the
-/// backend acting as the plugin). Each watch passes the plugin's permission check as a
-/// `list` of where it looks: a plugin limited to namespaces cannot watch a
-/// cluster-scoped kind, whatever its manifest says about scope.
+/// backend acting as the plugin), and what each kind's cache covers. Each watch passes
+/// the plugin's permission check as a `list` of where it looks: a plugin limited to
+/// namespaces cannot watch a cluster-scoped kind, whatever its manifest says about scope.
 pub async fn streams(
     kube: &KubeBackend,
     m: &wasmop_sdk::Manifest,
     permissions: &Permissions,
-) -> Result<Vec<Events>, wasmop_sdk::Error> {
-    let mut out = Vec::new();
-    for (role, kind) in kinds(m) {
+) -> Result<(Vec<Watched>, Vec<Events>), wasmop_sdk::Error> {
+    let (mut kinds, mut out) = (Vec::new(), Vec::new());
+    for (role, kind) in self::kinds(m) {
         let (ar, caps) = kube.resource(&kind).await?;
-        let namespaces: Vec<Option<String>> = match (&caps.scope, m.namespaces.is_empty()) {
-            (Scope::Namespaced, false) => m.namespaces.iter().cloned().map(Some).collect(),
-            _ => vec![None],
+        let namespaced = matches!(caps.scope, Scope::Namespaced);
+        let namespaces = (namespaced && !m.namespaces.is_empty()).then(|| m.namespaces.clone());
+        let looks: Vec<Option<String>> = match &namespaces {
+            Some(list) => list.iter().cloned().map(Some).collect(),
+            None => vec![None],
         };
-        for ns in namespaces {
-            let namespaced = matches!(caps.scope, Scope::Namespaced);
+        for ns in looks {
             permissions.check(&kind, Verb::List, Reach::of(namespaced, ns.as_deref()))?;
             let (source, kind) = ((role, ns.clone()), kind.clone());
-            let s: Events = if role == Role::Primary {
-                let events = watch::<DynamicObject>(kube, ns.as_deref(), &ar);
-                events.filter_map(move |ev| tagged(source.clone(), ev, |o| primary(&kind, o))).boxed()
-            } else {
-                let events = watch::<PartialObjectMeta<DynamicObject>>(kube, ns.as_deref(), &ar);
-                events.filter_map(move |ev| tagged(source.clone(), ev, |o| seen(&kind, o.metadata))).boxed()
-            };
-            out.push(s);
+            let events = watch::<DynamicObject>(kube, ns.as_deref(), &ar);
+            out.push(events.filter_map(move |ev| tagged(source.clone(), ev, |o| seen(&kind, o))).boxed());
         }
+        kinds.push(Watched { role, kind, namespaces });
     }
-    Ok(out)
+    Ok((kinds, out))
 }
 
 /// The kinds `m` watches, each under its own role.
@@ -114,8 +115,14 @@ fn kinds(m: &wasmop_sdk::Manifest) -> Vec<(Role, KindRef)> {
     kinds
 }
 
-/// One watch of `ar`'s objects (in `ns`, or everywhere), retried with backoff. With
-/// `PartialObjectMeta<_>` as `K`, kube asks the apiserver for metadata only.
+/// How long one watch request lasts before kube renews it (its default is 290 s). Why
+/// shorter: the apiserver authorizes a watch when it starts, so a plugin whose RBAC an
+/// admin revoked keeps its open watches, and its cached reads, until they are renewed;
+/// at 60 s a revocation reaches cached reads within about a minute, for one watch
+/// request (no re-list) per kind per minute.
+const WATCH_RENEWAL_SECS: u32 = 60;
+
+/// One watch of `ar`'s objects (in `ns`, or everywhere), retried with backoff.
 fn watch<K>(
     kube: &KubeBackend,
     ns: Option<&str>,
@@ -134,7 +141,7 @@ where
         Some(ns) => Api::<K>::namespaced_with(client, ns, ar),
         None => Api::<K>::all_with(client, ar),
     };
-    watcher(api, watcher::Config::default()).default_backoff()
+    watcher(api, watcher::Config::default().timeout(WATCH_RENEWAL_SECS)).default_backoff()
 }
 
 /// An event in the controller's terms; objects without a name are dropped.
@@ -168,45 +175,45 @@ mod tests {
         json!([{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}])
     }
 
+    fn object(v: Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
-    fn primaries_reach_the_cache_whole_but_without_managed_fields() {
+    fn objects_reach_the_cache_whole_but_without_managed_fields() {
         // As a list item arrives: no apiVersion/kind.
-        let o: DynamicObject = serde_json::from_value(json!({
+        let o = object(json!({
             "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "managedFields": managed()},
             "spec": {"size": 3}
-        }))
-        .unwrap();
-        let s = primary(&kind(), o).unwrap();
-        let v = s.object.unwrap();
+        }));
+        let s = seen(&kind(), o).unwrap();
+        let v = s.object;
         assert_eq!(v["spec"]["size"], 3);
         assert_eq!(v["metadata"]["uid"], "u1");
         assert_eq!(v["kind"], "Memcached");
         assert_eq!(v["apiVersion"], "cache.example.com/v1alpha1");
         assert!(v["metadata"].get("managedFields").is_none(), "{v}");
+        assert!(s.metadata.managed_fields.is_none());
         assert_eq!(s.oref, ObjectRef::new(&kind(), Some("ns"), "a"));
-    }
-
-    #[test]
-    fn metadata_only_events_are_named_by_the_watched_kind() {
-        let p: PartialObjectMeta<DynamicObject> = serde_json::from_value(json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": "web-1", "namespace": "ns", "labels": {"app": "web"}, "managedFields": managed()}
-        }))
-        .unwrap();
+        // An owned or watched kind's object is kept whole too: the plugin reads it.
         let pods = KindRef::new("v1", "Pod");
-        let s = seen(&pods, p.metadata).unwrap();
+        let pod = object(json!({"metadata": {"name": "web-1", "namespace": "ns", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Running"}}));
+        let s = seen(&pods, pod).unwrap();
         assert_eq!(s.oref, ObjectRef::new(&pods, Some("ns"), "web-1"));
         assert_eq!(s.metadata.labels.unwrap()["app"], "web");
-        assert!(s.metadata.managed_fields.is_none());
-        assert!(s.object.is_none());
+        assert_eq!(s.object["status"]["phase"], "Running");
+        assert_eq!(s.object["kind"], "Pod");
     }
 
     #[test]
     fn cluster_scoped_objects_have_no_namespace_and_nameless_ones_are_dropped() {
         let ns = KindRef::new("v1", "Namespace");
-        let m: ObjectMeta = serde_json::from_value(json!({"name": "prod", "namespace": ""})).unwrap();
-        assert_eq!(seen(&ns, m).unwrap().oref.namespace, None);
-        assert!(seen(&ns, ObjectMeta::default()).is_none());
+        assert_eq!(
+            seen(&ns, object(json!({"metadata": {"name": "prod", "namespace": ""}}))).unwrap().oref.namespace,
+            None
+        );
+        assert!(seen(&ns, object(json!({"metadata": {}}))).is_none());
     }
 
     #[test]

@@ -1,10 +1,13 @@
-//! Reads of a plugin's primary kind answered from its controller's watch cache, the
-//! way controller-runtime's client reads from informers.
+//! Reads answered from a plugin's watch caches, the way controller-runtime's client
+//! reads from informers: its primary kind and every kind it owns or watches.
 //!
-//! Flow: a controller publishes its primaries' cache under the plugin's name once its
-//! watches have synced, and withdraws it when it stops (or this replica loses
-//! leadership); a [`super::Gateway`] built with [`Caches::get`] answers `get` and
-//! `list` of that kind from memory when it can, and asks the apiserver otherwise.
+//! Flow: a controller fills one [`KindCache`] per watched kind from its watch streams
+//! and publishes them together, as one [`PluginCache`] under the plugin's name, once
+//! every watch has synced; it withdraws them when it stops (or this replica loses
+//! leadership, or the apiserver refuses one of its watches). A [`super::Gateway`] built
+//! with [`Caches::get`] answers `get` and `list` of those kinds from memory when it
+//! can, and asks the apiserver otherwise (a field selector, a namespace not watched, a
+//! kind not watched, or the plugin's `get-live` / `list-live`).
 //!
 //! Identity: a cache is one plugin's, filled by that plugin's own watches, which the
 //! host makes impersonating the plugin's ServiceAccount; no cache is shared between
@@ -16,7 +19,8 @@
 //!
 //! Caveat: cached reads may lag the plugin's own writes by one watch event (no
 //! read-your-writes), exactly as in controller-runtime; updates still carry
-//! resourceVersion, so a stale read ends in a `conflict`, never in a lost write.
+//! resourceVersion, so a stale read ends in a `conflict` (or, for a create after a
+//! stale "not found", `already-exists`), never in a lost write.
 
 use super::{Error, KindRef, ListParams, ObjectRef};
 use serde_json::Value;
@@ -27,15 +31,13 @@ use wasmop_sdk::helpers::LabelSelector;
 /// The objects a controller watches, by reference.
 pub type ObjectCache = Arc<Mutex<HashMap<ObjectRef, Arc<Value>>>>;
 
-/// One plugin's synced primaries.
-pub struct PrimaryCache {
+/// The objects of one kind a plugin watches, as its watch last saw them.
+pub struct KindCache {
     pub kind: KindRef,
-    /// Whom the watches that fill it acted as: it serves only a plugin acting as the same.
-    pub identity: Option<super::Identity>,
     /// None: all namespaces (or a cluster-scoped kind).
     pub namespaces: Option<Vec<String>>,
     pub objects: ObjectCache,
-    /// The last list answered as text (see [`PrimaryCache::list_text`]).
+    /// The last list answered as text (see [`KindCache::list_text`]).
     text: Mutex<Option<ListText>>,
 }
 
@@ -46,14 +48,9 @@ struct ListText {
     text: String,
 }
 
-impl PrimaryCache {
-    pub fn new(
-        kind: KindRef,
-        identity: Option<super::Identity>,
-        namespaces: Option<Vec<String>>,
-        objects: ObjectCache,
-    ) -> Self {
-        PrimaryCache { kind, identity, namespaces, objects, text: Mutex::default() }
+impl KindCache {
+    pub fn new(kind: KindRef, namespaces: Option<Vec<String>>, objects: ObjectCache) -> Self {
+        KindCache { kind, namespaces, objects, text: Mutex::default() }
     }
 
     fn covers(&self, namespace: Option<&str>) -> bool {
@@ -104,7 +101,7 @@ impl PrimaryCache {
         Some(Ok(out.into_iter().map(|(_, v)| v.clone()).collect()))
     }
 
-    /// [`PrimaryCache::list`] as the JSON text of an array. The text written for the
+    /// [`KindCache::list`] as the JSON text of an array. The text written for the
     /// last list is handed out again while the same list would hold the very same
     /// objects: the cache replaces an object's `Arc` whenever the object changes, and
     /// the memo keeps the old ones alive, so equal pointers mean equal content.
@@ -132,18 +129,53 @@ impl PrimaryCache {
     }
 }
 
+/// One plugin's synced caches: its primary kind's and those of the kinds it owns or
+/// watches.
+pub struct PluginCache {
+    /// Whom the watches that fill it acted as: it serves only a plugin acting as the same.
+    pub identity: Option<super::Identity>,
+    kinds: Vec<KindCache>,
+}
+
+impl PluginCache {
+    pub fn new(identity: Option<super::Identity>, kinds: Vec<KindCache>) -> Self {
+        PluginCache { identity, kinds }
+    }
+
+    /// The cache that holds `kind` in `namespace`, if any. A kind watched twice (owned
+    /// and watched) has two caches of the same objects; either answers.
+    fn of(&self, kind: &KindRef, namespace: Option<&str>) -> Option<&KindCache> {
+        self.kinds.iter().find(|c| c.kind == *kind && c.covers(namespace))
+    }
+
+    /// Some(answer) when a cache can answer a get of `r`.
+    pub fn get(&self, r: &ObjectRef) -> Option<Result<Value, Error>> {
+        self.of(&r.kind_ref(), r.namespace.as_deref())?.get(r)
+    }
+
+    /// The uid of `r` when a cache holds it (see [`KindCache::uid`]).
+    pub fn uid(&self, r: &ObjectRef) -> Option<String> {
+        self.of(&r.kind_ref(), r.namespace.as_deref())?.uid(r)
+    }
+
+    /// Some(answer) when a cache can answer this list (see [`KindCache::list_text`]).
+    pub fn list_text(&self, kind: &KindRef, p: &ListParams) -> Option<Result<String, Error>> {
+        self.of(kind, p.namespace.as_deref())?.list_text(kind, p)
+    }
+}
+
 /// Published caches, by plugin name.
 #[derive(Default)]
-pub struct Caches(RwLock<HashMap<String, Arc<PrimaryCache>>>);
+pub struct Caches(RwLock<HashMap<String, Arc<PluginCache>>>);
 
 impl Caches {
-    pub fn publish(&self, plugin: &str, cache: Arc<PrimaryCache>) {
+    pub fn publish(&self, plugin: &str, cache: Arc<PluginCache>) {
         self.0.write().unwrap().insert(plugin.to_owned(), cache);
     }
 
     /// Withdraws `plugin`'s cache, if it is still `cache` (a newer controller may
     /// have published its own).
-    pub fn withdraw(&self, plugin: &str, cache: &Arc<PrimaryCache>) {
+    pub fn withdraw(&self, plugin: &str, cache: &Arc<PluginCache>) {
         let mut m = self.0.write().unwrap();
         if m.get(plugin).is_some_and(|c| Arc::ptr_eq(c, cache)) {
             m.remove(plugin);
@@ -152,7 +184,7 @@ impl Caches {
 
     /// `plugin`'s cache, if it was filled acting as `identity`: after a plugin's
     /// identity changed, its old controller's cache (still draining) serves nobody.
-    pub fn get(&self, plugin: &str, identity: Option<&super::Identity>) -> Option<Arc<PrimaryCache>> {
+    pub fn get(&self, plugin: &str, identity: Option<&super::Identity>) -> Option<Arc<PluginCache>> {
         self.0.read().unwrap().get(plugin).filter(|c| c.identity.as_ref() == identity).cloned()
     }
 }
@@ -171,7 +203,7 @@ mod tests {
             .lock()
             .unwrap()
             .insert(a.clone(), Arc::new(json!({"metadata": {"name": "x", "uid": "u-1", "labels": {"k": "v"}}})));
-        let c = PrimaryCache::new(kind.clone(), None, Some(vec!["a".into()]), objects.clone());
+        let c = KindCache::new(kind.clone(), Some(vec!["a".into()]), objects.clone());
         assert!(c.get(&a).unwrap().is_ok());
         assert!(matches!(c.get(&ObjectRef::new(&kind, Some("a"), "y")), Some(Err(Error::NotFound(_)))));
         assert!(c.get(&ObjectRef::new(&kind, Some("b"), "x")).is_none(), "namespace not watched: ask the apiserver");
@@ -200,5 +232,36 @@ mod tests {
         objects.lock().unwrap().remove(&a);
         assert_eq!(text(None), "[]", "deleted object");
         assert!(c.list_text(&kind, &p(None, None)).is_none());
+    }
+
+    #[test]
+    fn a_plugin_cache_answers_each_watched_kind_from_its_own_cache() {
+        let (mc, dep) =
+            (KindRef::new("cache.example.com/v1alpha1", "Memcached"), KindRef::new("apps/v1", "Deployment"));
+        let filled = |kind: &KindRef, name: &str| {
+            let objects: ObjectCache = Arc::default();
+            let r = ObjectRef::new(kind, Some("a"), name);
+            objects.lock().unwrap().insert(r, Arc::new(json!({"kind": kind.kind, "metadata": {"name": name}})));
+            objects
+        };
+        let c = PluginCache::new(
+            None,
+            vec![
+                KindCache::new(mc.clone(), None, filled(&mc, "m")),
+                KindCache::new(dep.clone(), Some(vec!["a".into()]), filled(&dep, "d")),
+            ],
+        );
+        assert_eq!(c.get(&ObjectRef::new(&dep, Some("a"), "d")).unwrap().unwrap()["kind"], "Deployment");
+        assert_eq!(c.get(&ObjectRef::new(&mc, Some("a"), "m")).unwrap().unwrap()["kind"], "Memcached");
+        // Not found in a watched kind is an answer (a create follows); elsewhere, no answer.
+        assert!(matches!(c.get(&ObjectRef::new(&dep, Some("a"), "m")), Some(Err(Error::NotFound(_)))));
+        assert!(c.get(&ObjectRef::new(&dep, Some("b"), "d")).is_none());
+        assert!(c.get(&ObjectRef::new(&KindRef::new("v1", "Pod"), Some("a"), "d")).is_none());
+        let all = ListParams::default();
+        assert!(c.list_text(&dep, &all).is_none(), "all namespaces, but Deployments only in `a`");
+        let text = c.list_text(&mc, &all).unwrap().unwrap();
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap()[0]["metadata"]["name"], "m");
+        let fields = ListParams { field_selector: Some("metadata.name=m".into()), ..ListParams::default() };
+        assert!(c.list_text(&mc, &fields).is_none(), "field selectors are the apiserver's");
     }
 }

@@ -15,7 +15,7 @@ mod kube_backend;
 mod memory;
 mod permissions;
 
-pub use cache::{Caches, ObjectCache, PrimaryCache};
+pub use cache::{Caches, KindCache, ObjectCache, PluginCache};
 pub use error::from_kube;
 pub use identity::{APPROVED_PLUGIN, Identities, Identity, verify as verify_identity};
 pub use kube_backend::KubeBackend;
@@ -47,6 +47,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// Event reasons only the host writes: a plugin's Event with one of them is refused,
 /// so `kubectl describe` can trust them.
 pub const HOST_REASONS: &[&str] = &["PluginRejected", "PluginFault", "ReconcileFailed"];
+
+/// Where a read may be answered from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// The plugin's watch caches when they hold the kind (one watch event behind at
+    /// worst), else the apiserver: the contract's `get` and `list`.
+    Cached,
+    /// Always the apiserver: the contract's `get-live` and `list-live`.
+    Live,
+}
 
 /// Cluster access with no permission checks; see [`Gateway`] for the checked view.
 #[async_trait::async_trait]
@@ -87,7 +97,7 @@ pub struct Gateway {
     denied: Arc<AtomicU64>,
     /// Whether the last cluster call ended in `conflict` (see [`Gateway::ended_in_conflict`]).
     conflict: Arc<AtomicBool>,
-    cache: Option<Arc<PrimaryCache>>,
+    cache: Option<Arc<PluginCache>>,
 }
 
 impl Gateway {
@@ -102,8 +112,8 @@ impl Gateway {
         }
     }
 
-    /// Answers reads of the plugin's primary kind from `cache` where it can.
-    pub fn with_cache(mut self, cache: Option<Arc<PrimaryCache>>) -> Self {
+    /// Answers reads of the kinds the plugin watches from `cache` where it can.
+    pub fn with_cache(mut self, cache: Option<Arc<PluginCache>>) -> Self {
         self.cache = cache;
         self
     }
@@ -117,10 +127,11 @@ impl Gateway {
         self.denied.load(Ordering::Relaxed)
     }
 
-    /// Whether the last cluster call through this gateway (or a clone) was refused with
-    /// `conflict`: a write from a stale read. The controller tells a reconcile that
-    /// failed right after one from a real failure: it is retried, but it is routine
-    /// under watch caches and gets no Warning Event.
+    /// Whether the last cluster call through this gateway (or a clone) was refused for
+    /// a stale read: an update with `conflict`, or a create with `already-exists` (the
+    /// cache did not hold the object yet). The controller tells a reconcile that failed
+    /// right after one from a real failure: it is retried, but it is routine under
+    /// watch caches and gets no Warning Event.
     pub fn ended_in_conflict(&self) -> bool {
         self.conflict.load(Ordering::Relaxed)
     }
@@ -151,7 +162,8 @@ impl Gateway {
             Ok(_) => "ok",
             Err(e) => e.code(),
         };
-        self.conflict.store(matches!(r, Err(Error::Conflict(_))), Ordering::Relaxed);
+        let stale = matches!((verb, &r), (_, Err(Error::Conflict(_))) | (Verb::Create, Err(Error::AlreadyExists(_))));
+        self.conflict.store(stale, Ordering::Relaxed);
         METRICS
             .host_calls
             .get_or_create(&labels(&[("plugin", &self.plugin), ("verb", verb.as_str()), ("result", result)]))
@@ -159,9 +171,11 @@ impl Gateway {
         r
     }
 
-    pub async fn get(&self, object: &ObjectRef) -> Result<Value, Error> {
+    /// One object: from the watch cache when it holds the kind there (see
+    /// [`Read`]), else from the backend.
+    pub async fn get(&self, object: &ObjectRef, read: Read) -> Result<Value, Error> {
         self.check(&object.kind_ref(), Verb::Get, object.namespace.as_deref()).await?;
-        if let Some(r) = self.cache.as_ref().and_then(|c| c.get(object)) {
+        if let Some(r) = self.cached(read).and_then(|c| c.get(object)) {
             return self.counted(Verb::Get, r);
         }
         self.counted(Verb::Get, self.backend.get(object).await)
@@ -169,14 +183,18 @@ impl Gateway {
 
     /// The objects of `kind` that `params` select, as the JSON text of an array (what a
     /// plugin gets): from the watch cache when it covers the list, reusing the text of
-    /// an unchanged list (see [`PrimaryCache::list_text`]); else from the backend.
-    pub async fn list(&self, kind: &KindRef, params: &ListParams) -> Result<String, Error> {
+    /// an unchanged list (see [`KindCache::list_text`]); else from the backend.
+    pub async fn list(&self, kind: &KindRef, params: &ListParams, read: Read) -> Result<String, Error> {
         self.check(kind, Verb::List, params.namespace.as_deref()).await?;
-        if let Some(r) = self.cache.as_ref().and_then(|c| c.list_text(kind, params)) {
+        if let Some(r) = self.cached(read).and_then(|c| c.list_text(kind, params)) {
             return self.counted(Verb::List, r);
         }
         let r = self.backend.list(kind, params).await.and_then(|items| list_text(&items));
         self.counted(Verb::List, r)
+    }
+
+    fn cached(&self, read: Read) -> Option<&PluginCache> {
+        self.cache.as_deref().filter(|_| read == Read::Cached)
     }
 
     pub async fn create(&self, object: Value) -> Result<Value, Error> {
@@ -302,7 +320,7 @@ mod tests {
         let err = g.create(obj).await.unwrap_err();
         assert!(matches!(err, Error::Forbidden(ref m) if m.contains("create") && m.contains("ConfigMap")), "{err}");
         let secret = ObjectRef::new(&KindRef::new("v1", "Secret"), Some("d"), "s");
-        assert!(matches!(g.get(&secret).await, Err(Error::Forbidden(_))));
+        assert!(matches!(g.get(&secret, Read::Cached).await, Err(Error::Forbidden(_))));
         assert_eq!(g.denied_calls(), 2);
         assert!(mem.fake().take_writes().is_empty());
     }
@@ -319,7 +337,7 @@ mod tests {
         let seen_by_worker = g.clone();
         assert!(matches!(g.update(stale.clone()).await, Err(Error::Conflict(_))));
         assert!(seen_by_worker.ended_in_conflict(), "clones share it: the worker reads what the plugin's calls did");
-        g.get(&ObjectRef::new(&cm, Some("d"), "a")).await.unwrap();
+        g.get(&ObjectRef::new(&cm, Some("d"), "a"), Read::Live).await.unwrap();
         assert!(!g.ended_in_conflict(), "a later call that succeeds clears it");
         g.update(stale).await.unwrap_err();
         let denied = g.delete(&ObjectRef::new(&cm, Some("d"), "a")).await.unwrap_err();
@@ -335,7 +353,7 @@ mod tests {
         let (g, _) = gateway(p);
         let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d"}});
         g.create(obj).await.unwrap();
-        assert!(g.get(&ObjectRef::new(&cm, Some("d"), "a")).await.is_ok());
+        assert!(g.get(&ObjectRef::new(&cm, Some("d"), "a"), Read::Cached).await.is_ok());
         assert_eq!(g.denied_calls(), 0);
     }
 

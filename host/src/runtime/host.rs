@@ -237,14 +237,34 @@ fn json(v: Result<serde_json::Value, gateway::Error>) -> Result<String, types::E
 
 impl types::Host for HostState {}
 
+impl HostState {
+    async fn read_one(&mut self, object: types::ObjectRef, read: gateway::Read) -> Result<String, types::Error> {
+        let g = self.gateway()?.clone();
+        let r = json(g.get(&sdk_ref(object), read).await);
+        self.denied(r).await
+    }
+
+    async fn read_list(
+        &mut self,
+        kind: types::KindRef,
+        params: cluster::ListParams,
+        read: gateway::Read,
+    ) -> Result<String, types::Error> {
+        let g = self.gateway()?.clone();
+        let kind = gateway::KindRef { api_version: kind.api_version, kind: kind.kind };
+        let params = gateway::ListParams {
+            namespace: params.namespace,
+            label_selector: params.label_selector,
+            field_selector: params.field_selector,
+        };
+        let r = g.list(&kind, &params, read).await.map_err(to_wit);
+        self.denied(r).await
+    }
+}
+
 impl cluster::Host for HostState {
     async fn get(&mut self, object: types::ObjectRef) -> wasmtime::Result<Result<String, types::Error>> {
-        let g = match self.gateway() {
-            Ok(g) => g.clone(),
-            Err(e) => return Ok(Err(e)),
-        };
-        let r = json(g.get(&sdk_ref(object)).await);
-        Ok(self.denied(r).await)
+        Ok(self.read_one(object, gateway::Read::Cached).await)
     }
 
     async fn list(
@@ -252,18 +272,19 @@ impl cluster::Host for HostState {
         kind: types::KindRef,
         params: cluster::ListParams,
     ) -> wasmtime::Result<Result<String, types::Error>> {
-        let g = match self.gateway() {
-            Ok(g) => g.clone(),
-            Err(e) => return Ok(Err(e)),
-        };
-        let kind = gateway::KindRef { api_version: kind.api_version, kind: kind.kind };
-        let params = gateway::ListParams {
-            namespace: params.namespace,
-            label_selector: params.label_selector,
-            field_selector: params.field_selector,
-        };
-        let r = g.list(&kind, &params).await.map_err(to_wit);
-        Ok(self.denied(r).await)
+        Ok(self.read_list(kind, params, gateway::Read::Cached).await)
+    }
+
+    async fn get_live(&mut self, object: types::ObjectRef) -> wasmtime::Result<Result<String, types::Error>> {
+        Ok(self.read_one(object, gateway::Read::Live).await)
+    }
+
+    async fn list_live(
+        &mut self,
+        kind: types::KindRef,
+        params: cluster::ListParams,
+    ) -> wasmtime::Result<Result<String, types::Error>> {
+        Ok(self.read_list(kind, params, gateway::Read::Live).await)
     }
 
     async fn create(&mut self, object: String) -> wasmtime::Result<Result<String, types::Error>> {

@@ -1,5 +1,6 @@
 //! `mode: attack`: one cluster call the ConfigMap names, for the identity tests. The
-//! ConfigMap's `data` says what: `verb` (get, list, update, create, event),
+//! ConfigMap's `data` says what: `verb` (get, list, get-live, list-live, update, create,
+//! event),
 //! `apiVersion`, `kind`, `namespace` (optional), `name` (for create: a `generateName`
 //! prefix), `reason` (for event). The answer is logged as `probe attack` and kept in
 //! the `probe/attack` annotation: `ok` or the error's code and message.
@@ -37,9 +38,10 @@ pub fn attack(ctx: &Context<'_>, data: &BTreeMap<String, String>) -> String {
     let target = ObjectRef::new(&kind, namespace, field("name"));
     let outcome = match field("verb") {
         "get" => ctx.get(&target).map(|_| ()),
-        "list" => {
+        "get-live" => ctx.get_live(&target).map(|_| ()),
+        "list" | "list-live" => {
             let params = ListParams { namespace: namespace.map(Into::into), ..Default::default() };
-            ctx.list(&kind, &params).map(|_| ())
+            if field("verb") == "list" { ctx.list(&kind, &params) } else { ctx.list_live(&kind, &params) }.map(|_| ())
         }
         "update" => ctx.get(&target).and_then(|mut o| {
             o["metadata"]["annotations"]["probe/attacked"] = "true".into();
