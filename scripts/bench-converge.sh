@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # N Memcached CRs created at once → seconds until every one has its Deployment, its Pod
 # and Available=True in status; with the host's CPU seconds, peak RSS and reconciles (a
-# reconcile of either kind costs about the same, so the count explains most CPU swings).
+# reconcile of either kind costs about the same, so the count explains most CPU swings),
+# then the requests the operator sent to the apiserver per Memcached, by verb and
+# resource, from the control plane's audit log (scripts/audit-requests.py).
 # Usage: scripts/bench-converge.sh [N] [wasm|native] (default 200, wasm). Needs `make
 # plugins`; starts (or reuses) the local control plane and an optimized build of the host (WASMOP_BENCH_PROFILE, as in scripts/benchlib.py).
 # `native` runs the same reconcile code compiled natively under a plain kube-rs
@@ -60,7 +62,10 @@ for i in $(seq 1 "$n"); do
   printf -- "---\napiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {name: m%04d, namespace: %s}\nspec: {size: 1}\n" "$i" "$ns"
 done >"$work/crs.yaml"
 cpu() { awk '{print $14 + $15}' "/proc/$host/stat"; }
+audit=$(dirname "$KUBECONFIG")/audit.log
+size() { stat -c %s "$audit" 2>/dev/null || echo 0; }
 cpu0=$(cpu)
+a0=$(size)
 t0=$(date +%s.%N)
 kubectl apply -f "$work/crs.yaml" >/dev/null
 while true; do
@@ -70,6 +75,7 @@ while true; do
 done
 t1=$(date +%s.%N)
 cpu1=$(cpu)
+a1=$(size)
 # Reconciles so far: the host's own metric; the baseline prints its count on SIGUSR1.
 reconciles() {
   if [ "$mode" = native ]; then
@@ -87,3 +93,8 @@ deps=$(kubectl get deployments -n $ns --no-headers | wc -l)
 rss=$(awk '/VmHWM/ {print $2}' "/proc/$host/status")
 label="wasm plugin in the host"; [ "$mode" = native ] && label="native kube-rs Controller, same code"
 printf "| %d Memcacheds ($label) | %.1f s | %.2f s | %d MiB | %d | %d |\n" "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "($cpu1 - $cpu0) / $hz" | bc -l)" "$((rss / 1024))" "$deps" "$count"
+# The apiserver's side: what the operator asked of it while converging (audit log).
+if [ -f "$audit" ]; then
+  printf "\n| %s: N | requests per Memcached | by verb and resource, per Memcached |\n|---|---|---|\n" "$label"
+  python3 scripts/audit-requests.py "$audit" "$a0" "$a1" "$ns" "$n"
+fi
