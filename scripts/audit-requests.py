@@ -4,14 +4,18 @@ from the local control plane's audit log (one JSON event per line).
 
 Usage: audit-requests.py AUDIT_LOG FROM_BYTE TO_BYTE NAMESPACE N
 Counts the events written between the two byte offsets (the log's size when a phase
-began and ended) for requests in NAMESPACE that kubectl did not make (the benchmark's
-own applies and polls), and prints one Markdown row: requests per object in all, then
+began and ended) for requests in NAMESPACE made by the operator: not by kubectl (the
+benchmark's own applies and polls) and not by the control plane's own components
+(controller-manager and scheduler, user agent `cluster/`; the fake kubelet, `kwok/`),
+and prints one Markdown row: requests per object in all, then
 each verb/resource pair with its per-object count and, where some were refused with
 409, how many. Watches are counted as requests when they start (their list included).
 """
 import collections
 import json
 import sys
+
+NOT_THE_OPERATOR = ("kubectl/", "cluster/", "kwok/")
 
 
 def main():
@@ -26,7 +30,7 @@ def main():
             except ValueError:
                 continue
             ref = e.get("objectRef") or {}
-            if ref.get("namespace") != ns or e.get("userAgent", "").startswith("kubectl"):
+            if ref.get("namespace") != ns or e.get("userAgent", "").startswith(NOT_THE_OPERATOR):
                 continue
             key = (e.get("verb", "?"), ref.get("resource", "?") + ("/" + ref["subresource"] if ref.get("subresource") else ""))
             counts[key] += 1

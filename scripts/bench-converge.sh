@@ -25,6 +25,8 @@ profile=${WASMOP_BENCH_PROFILE:-bench}
 out=$target/$([ "$profile" = dev ] && echo debug || echo release)
 cargo build -q --workspace --bins --profile "$profile"
 if [ "$mode" = native ]; then cargo build -q --workspace --profile "$profile" --example memcached_native; fi
+# WASMOP_BENCH_HOST: another host binary to measure (A/B runs of two builds), as in benchlib.py.
+wasmop=${WASMOP_BENCH_HOST:-$out/wasmop}
 kubectl apply -f deploy/crds/memcached.yaml >/dev/null
 scripts/wait-crd.sh memcacheds.cache.example.com
 # A namespace of its own per run: CRs of an earlier run may still be held by finalizers.
@@ -32,15 +34,16 @@ ns=bench-converge-$$
 kubectl create namespace $ns >/dev/null
 work=$(mktemp -d)
 mkdir -p "$work/plugins"
-cp target/plugins/memcached.wasm "$work/plugins/"
+# WASMOP_BENCH_PLUGIN: another build of the plugin (an A/B run against an older host).
+cp "${WASMOP_BENCH_PLUGIN:-target/plugins/memcached.wasm}" "$work/plugins/memcached.wasm"
 echo "namespace: $ns" >"$work/plugins/memcached.settings.yaml"
 if [ "$mode" = native ]; then
   "$out/examples/memcached_native" $ns >"$work/host.log" 2>&1 &
 else
   # As deployed: the plugin acts as its own ServiceAccount, granted by `wasmop rbac`.
-  "$out/wasmop" rbac "$work/plugins/memcached.wasm" --namespace default \
+  "$wasmop" rbac "$work/plugins/memcached.wasm" --namespace default \
     --settings "$work/plugins/memcached.settings.yaml" | kubectl apply -f - >/dev/null
-  "$out/wasmop" run --plugins-dir "$work/plugins" --plugins-dir-service-account-namespace default \
+  "$wasmop" run --plugins-dir "$work/plugins" --plugins-dir-service-account-namespace default \
     --metrics-bind-address 127.0.0.1:0 >"$work/host.log" 2>&1 &
 fi
 host=$!

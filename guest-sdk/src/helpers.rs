@@ -170,10 +170,18 @@ impl LabelSelector {
         })
     }
 
+    /// [`LabelSelector::matches`] on `metadata.labels` as JSON, read in place: a host
+    /// matches every cached object of a kind against a list's selector, so no copy.
     pub fn matches_json(&self, labels: Option<&serde_json::Value>) -> bool {
-        let labels: BTreeMap<String, String> =
-            labels.and_then(|l| serde_json::from_value(l.clone()).ok()).unwrap_or_default();
-        self.matches(&labels)
+        let labels = labels.and_then(serde_json::Value::as_object);
+        let get = |k: &str| labels.and_then(|m| m.get(k)).and_then(serde_json::Value::as_str);
+        let one_of = |vs: &[String], v: &str| vs.iter().any(|x| x == v);
+        self.requirements.iter().all(|r| match r {
+            Requirement::In(k, vs) => get(k).is_some_and(|v| one_of(vs, v)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !one_of(vs, v)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::NotExists(k) => get(k).is_none(),
+        })
     }
 }
 
@@ -222,6 +230,21 @@ mod tests {
         assert!(!LabelSelector::parse("tier notin (cache,db)").unwrap().matches(&l));
         assert!(LabelSelector::parse("").unwrap().matches(&l));
         assert!(LabelSelector::parse("app in a,b").is_err());
+        // The same on labels as JSON, read in place.
+        let j = serde_json::json!({"app": "memcached", "tier": "cache"});
+        for (sel, want) in [
+            ("app=memcached", true),
+            ("app==memcached,tier", true),
+            ("app!=memcached", false),
+            ("!missing,app in (a, memcached)", true),
+            ("tier notin (cache,db)", false),
+            ("", true),
+            ("missing", false),
+        ] {
+            assert_eq!(LabelSelector::parse(sel).unwrap().matches_json(Some(&j)), want, "{sel}");
+        }
+        assert!(LabelSelector::parse("!app").unwrap().matches_json(None), "no labels at all");
+        assert!(!LabelSelector::parse("app").unwrap().matches_json(None));
     }
 
     #[test]
