@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wasmop_sdk::helpers::{controller_ref, setting};
-use wasmop_sdk::{Action, ClusterExt, Context, Manifest, ReconcileError, Reconciler, Request, Verb};
+use wasmop_sdk::{Action, ClusterExt, Context, KindRef, Manifest, ObjectRef, ReconcileError, Reconciler, Request, Verb};
 
 pub struct Probe;
 
@@ -122,9 +122,12 @@ impl Reconciler for Probe {
             Some(_) => {}
         }
         if mode == "conflict" {
-            // What a reconcile from a stale cached read ends in.
+            // What a reconcile from a stale cached read ends in. The read itself is live:
+            // the cache may not have seen the ServiceAccount created a moment ago, and
+            // the test is about the conflict, not about that lag.
+            let live = ctx.get_live(&ObjectRef::new(&KindRef::of::<ServiceAccount>(), ns, &sa_name))?;
             let mut sa: ServiceAccount =
-                ctx.get_opt(ns, &sa_name)?.ok_or_else(|| ReconcileError::retry("no SA yet"))?;
+                serde_json::from_value(live).map_err(|e| ReconcileError::permanent(e.to_string()))?;
             sa.metadata.resource_version = Some("1".into());
             ctx.update_obj(&sa)?;
         }
