@@ -32,7 +32,8 @@ struct Case {
     mem: Arc<MemoryBackend>,
     gateway: Gateway,
     key: ObjectRef,
-    object: serde_json::Value,
+    /// The object's JSON text, as the host's cache hands it to a reconcile.
+    object: String,
     settings: String,
 }
 
@@ -60,7 +61,7 @@ fn case(
         mem,
         gateway,
         key: ObjectRef::of_json(&object).unwrap(),
-        object,
+        object: object.to_string(),
         settings: settings.into(),
     }
 }

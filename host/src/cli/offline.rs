@@ -62,7 +62,7 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
 
     let backend: Arc<dyn Backend> = mem.clone();
     let gateway = Gateway::new(&name, Arc::new(Permissions::from_manifest(&manifest)), backend);
-    let result = rt.reconcile(&compiled, gateway, &key, Some(&object), &settings, &limits).await?;
+    let result = rt.reconcile(&compiled, gateway, &key, Some(&object.to_string()), &settings, &limits).await?;
 
     let writes: Vec<serde_json::Value> = mem
         .fake()

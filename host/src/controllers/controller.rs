@@ -19,7 +19,7 @@ use super::backoff::Backoff;
 use super::queue::Queue;
 use super::selector::Selecting;
 use super::watches::{self, Role, Seen, Source};
-use crate::gateway::{Backend, Caches, EventType, Gateway, KindCache, KubeBackend, ObjectRef, PluginCache};
+use crate::gateway::{Backend, Cached, Caches, EventType, Gateway, KindCache, KubeBackend, ObjectRef, PluginCache};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
 use crate::registry::Handle;
@@ -221,22 +221,20 @@ fn on_event(
             let Some(seen) = relisting.remove(&source) else { return };
             let in_scope = |k: &ObjectRef| source.1.is_none() || k.namespace == source.1;
             // Objects gone while the watch was down leave this kind's cache.
-            let gone: Vec<ObjectRef> = {
+            let gone: Vec<(ObjectRef, Arc<Cached>)> = {
                 let mut c = objects[&role].lock().unwrap();
                 let gone: Vec<ObjectRef> = c.keys().filter(|k| in_scope(k) && !seen.contains(*k)).cloned().collect();
-                gone.iter().for_each(|k| drop(c.remove(k)));
-                gone
+                gone.into_iter().filter_map(|k| c.remove(&k).map(|o| (k, o))).collect()
             };
             match role {
                 // Primaries gone meanwhile: reconcile them once as deleted.
-                Role::Primary => gone.into_iter().for_each(|k| queue.add(k)),
+                Role::Primary => gone.into_iter().for_each(|(k, _)| queue.add(k)),
                 // Objects gone meanwhile were news to the primaries that selected them.
                 Role::Watched(i) => {
                     if let Mapping::Selector(path) = &m.watches[i].mapping {
-                        let kind = &m.watches[i].kind;
-                        let of_source =
-                            |k: &ObjectRef| in_scope(k) && k.kind == kind.kind && k.api_version == kind.api_version;
-                        selecting.relisted(m, cache, queue, path, of_source, &seen);
+                        for (k, last) in gone {
+                            selecting.changed(m, cache, queue, path, &k, (Some(&last.labels), None));
+                        }
                     }
                 }
                 Role::Owned(_) => {}
@@ -246,20 +244,20 @@ fn on_event(
         InitApply(o) | Apply(o) => (o, false),
         Delete(o) => (o, true),
     };
-    let Seen { oref, metadata, object } = obj;
+    let Seen { oref, owners, object } = obj;
     if let Some(seen) = relisting.get_mut(&source) {
         seen.insert(oref.clone());
     }
     // The cache first: a reconcile this event queues reads the object as of the event.
-    if deleted {
-        objects[&role].lock().unwrap().remove(&oref);
+    let before = if deleted {
+        objects[&role].lock().unwrap().remove(&oref)
     } else {
-        objects[&role].lock().unwrap().insert(oref.clone(), Arc::new(object));
-    }
+        objects[&role].lock().unwrap().insert(oref.clone(), object.clone())
+    };
     match role {
         Role::Primary => queue.add(oref),
         Role::Owned(_) => {
-            let owner = metadata.owner_references.iter().flatten().find(|r| {
+            let owner = owners.iter().find(|r| {
                 r.controller == Some(true)
                     && r.kind == m.primary.kind
                     && same_group(&r.api_version, &m.primary.api_version)
@@ -278,14 +276,16 @@ fn on_event(
                     keys.into_iter().for_each(|k| queue.add(k));
                 }
                 Mapping::Label(label) => {
-                    if let Some(name) = metadata.labels.as_ref().and_then(|l| l.get(label)) {
+                    if let Some(name) = object.labels.get(label) {
                         queue.add(ObjectRef::new(&m.primary, ns.as_deref(), name));
                     }
                 }
                 Mapping::SameName => queue.add(ObjectRef::new(&m.primary, ns.as_deref(), &oref.name)),
+                // A deleted object's last labels are its `after`: the sets that selected
+                // it as it was are concerned by its going.
                 Mapping::Selector(path) => {
-                    let now = metadata.labels.unwrap_or_default();
-                    selecting.changed(m, cache, queue, path, &oref, (&now, deleted));
+                    let before = before.as_ref().map(|b| &b.labels);
+                    selecting.changed(m, cache, queue, path, &oref, (before, Some(&object.labels)));
                 }
             }
         }
@@ -318,6 +318,7 @@ impl Worker {
     async fn reconcile(&self, key: &ObjectRef) {
         let plugin = self.handle.load_full();
         let current = self.cache.lock().unwrap().get(key).cloned();
+        let current_text = current.as_ref().map(|c| &*c.text);
         let backend: Arc<dyn Backend> = match self.shared.kube.for_identity(plugin.identity.as_ref()) {
             Ok(b) => b,
             Err(e) => {
@@ -333,7 +334,7 @@ impl Worker {
         let result = self
             .shared
             .runtime
-            .reconcile(&plugin.compiled, gateway.clone(), key, current.as_deref(), &plugin.settings, &plugin.limits)
+            .reconcile(&plugin.compiled, gateway.clone(), key, current_text, &plugin.settings, &plugin.limits)
             .await;
         let elapsed = started.elapsed();
         let p = plugin.name.as_str();

@@ -7,7 +7,7 @@
 //! the sets whose selector matches. Why before or after: a Pod relabelled out of a
 //! set's selection is news to that set too (its matched count drops), as Kruise's
 //! handler compares the old and new Pod; the watch only says the new state, so the
-//! labels last seen of each watched object are kept here.
+//! labels before are those of the cache's entry the change replaces.
 //!
 //! Guarantees: never fewer primaries than the selectors say. A primary whose selector
 //! cannot be read (missing, or not a valid LabelSelector: an unknown operator, say) is
@@ -15,50 +15,26 @@
 //! decides what such a primary means. Caveat: only labels are matched; a primary's
 //! other conditions (a namespace selector, say) are the plugin's to check.
 
+use crate::gateway::{Cached, Labels, ObjectCache};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use wasmop_sdk::ObjectRef;
 
-pub type Labels = BTreeMap<String, String>;
-
-/// What a controller keeps for its selector mappings.
+/// What a controller keeps for its selector mappings: the primaries' selectors, parsed.
+/// The labels a watched object had before a change come from the watched kind's cache
+/// (the entry the change replaces), so nothing else is kept per watched object.
 #[derive(Default)]
 pub struct Selecting {
-    labels: SeenLabels,
     parsed: Parsed,
 }
 
-/// The labels last seen of each watched object under a selector mapping.
-#[derive(Default)]
-pub struct SeenLabels(HashMap<ObjectRef, Labels>);
-
-impl SeenLabels {
-    /// Records `oref`'s labels now (none once deleted) and returns those it had before.
-    pub fn update(&mut self, oref: &ObjectRef, now: Option<&Labels>) -> Option<Labels> {
-        match now {
-            Some(l) => self.0.insert(oref.clone(), l.clone()),
-            None => self.0.remove(oref),
-        }
-    }
-
-    /// After a re-list: forgets the objects in scope that it did not list again (gone
-    /// while the watch was down), returning each with its last labels.
-    pub fn forget_unseen(
-        &mut self,
-        in_scope: impl Fn(&ObjectRef) -> bool,
-        listed: &HashSet<ObjectRef>,
-    ) -> Vec<(ObjectRef, Labels)> {
-        let gone: Vec<ObjectRef> = self.0.keys().filter(|k| in_scope(k) && !listed.contains(*k)).cloned().collect();
-        gone.into_iter().filter_map(|k| self.0.remove(&k).map(|l| (k, l))).collect()
-    }
-}
-
-/// The selector of `primary` (its JSON) at `path`; None when it has no readable one.
-fn selector(primary: &Value, path: &[String]) -> Option<Selector> {
-    let at = path.iter().try_fold(primary, |v, k| v.get(k))?;
+/// The selector of `primary` at `path`; None when it has no readable one.
+fn selector(primary: &Cached, path: &[String]) -> Option<Selector> {
+    let primary: Value = serde_json::from_str(&primary.text).ok()?;
+    let at = path.iter().try_fold(&primary, |v, k| v.get(k))?;
     let selector: LabelSelector = serde_json::from_value(at.clone()).ok()?;
     Selector::try_from(selector).ok()
 }
@@ -68,7 +44,7 @@ fn selector(primary: &Value, path: &[String]) -> Option<Selector> {
 /// Pod event is matched against every primary, and parsing each selector again per
 /// event would cost the controller more than the match.
 #[derive(Default)]
-pub struct Parsed(HashMap<ObjectRef, (Arc<Value>, Option<Selector>)>);
+pub struct Parsed(HashMap<ObjectRef, (Arc<Cached>, Option<Selector>)>);
 
 impl Parsed {
     /// The primaries among `candidates` concerned by a change from labels `before` to
@@ -76,7 +52,7 @@ impl Parsed {
     /// of primaries not among `candidates`.
     pub fn concerned<'a>(
         &mut self,
-        candidates: impl IntoIterator<Item = (&'a ObjectRef, &'a Arc<Value>)>,
+        candidates: impl IntoIterator<Item = (&'a ObjectRef, &'a Arc<Cached>)>,
         path: &[String],
         before: Option<&Labels>,
         after: Option<&Labels>,
@@ -104,42 +80,13 @@ impl Parsed {
 }
 
 impl Selecting {
-    /// `oref` changed and is now labelled `now` (its last labels when `deleted`):
-    /// queues the primaries whose selector at `path` selects it as labelled before or
-    /// after.
+    /// A watched object changed from labels `before` (None: it is new, or it is gone
+    /// and only its last labels are known) to `after`: queues the primaries whose
+    /// selector at `path` selects it as labelled before or after.
     pub(super) fn changed(
         &mut self,
         m: &wasmop_sdk::Manifest,
-        cache: &crate::gateway::ObjectCache,
-        queue: &super::queue::Queue<ObjectRef>,
-        path: &[String],
-        oref: &ObjectRef,
-        (now, deleted): (&Labels, bool),
-    ) {
-        let before = self.labels.update(oref, (!deleted).then_some(now));
-        self.enqueue(m, cache, queue, path, oref, (before.as_ref(), Some(now)));
-    }
-
-    /// A re-list of the objects `in_scope` ended, having listed `listed`: those gone
-    /// meanwhile were news to the primaries that selected them.
-    pub(super) fn relisted(
-        &mut self,
-        m: &wasmop_sdk::Manifest,
-        cache: &crate::gateway::ObjectCache,
-        queue: &super::queue::Queue<ObjectRef>,
-        path: &[String],
-        in_scope: impl Fn(&ObjectRef) -> bool,
-        listed: &HashSet<ObjectRef>,
-    ) {
-        for (oref, before) in self.labels.forget_unseen(in_scope, listed) {
-            self.enqueue(m, cache, queue, path, &oref, (Some(&before), None));
-        }
-    }
-
-    fn enqueue(
-        &mut self,
-        m: &wasmop_sdk::Manifest,
-        cache: &crate::gateway::ObjectCache,
+        cache: &ObjectCache,
         queue: &super::queue::Queue<ObjectRef>,
         path: &[String],
         oref: &ObjectRef,
@@ -163,7 +110,7 @@ mod tests {
         kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    fn sets() -> Vec<(ObjectRef, Arc<Value>)> {
+    fn sets() -> Vec<(ObjectRef, Arc<Cached>)> {
         let set = |name: &str, selector: serde_json::Value| {
             (
                 ObjectRef {
@@ -172,7 +119,7 @@ mod tests {
                     namespace: None,
                     name: name.into(),
                 },
-                Arc::new(json!({"metadata": {"name": name}, "spec": {"selector": selector}})),
+                Arc::new(Cached::of(&json!({"metadata": {"name": name}, "spec": {"selector": selector}}))),
             )
         };
         vec![
@@ -220,7 +167,7 @@ mod tests {
         let db = labels(&[("app", "db")]);
         let got = parsed.concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&db));
         assert!(!names(got).contains(&"web".to_owned()));
-        sets[0].1 = Arc::new(json!({"spec": {"selector": {"matchLabels": {"app": "db"}}}}));
+        sets[0].1 = Arc::new(Cached::of(&json!({"spec": {"selector": {"matchLabels": {"app": "db"}}}})));
         let got = parsed.concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&db));
         assert!(names(got).contains(&"web".to_owned()), "web's old selector was reused after it changed");
     }
@@ -228,40 +175,8 @@ mod tests {
     #[test]
     fn a_primary_without_a_selector_at_the_path_is_reconciled_on_every_change() {
         let k = ObjectRef { api_version: "v1".into(), kind: "X".into(), namespace: None, name: "bare".into() };
-        let v = Arc::new(json!({"spec": {}}));
+        let v = Arc::new(Cached::of(&json!({"spec": {}})));
         let got = Parsed::default().concerned([(&k, &v)], &path(), None, Some(&labels(&[("app", "web")])));
         assert_eq!(names(got), ["bare"]);
-    }
-
-    #[test]
-    fn labels_are_remembered_until_the_object_is_deleted() {
-        let mut seen = SeenLabels::default();
-        let k =
-            ObjectRef { api_version: "v1".into(), kind: "Pod".into(), namespace: Some("a".into()), name: "p".into() };
-        assert_eq!(seen.update(&k, Some(&labels(&[("app", "web")]))), None);
-        assert_eq!(seen.update(&k, Some(&labels(&[("app", "db")]))), Some(labels(&[("app", "web")])));
-        assert_eq!(seen.update(&k, None), Some(labels(&[("app", "db")])));
-        assert_eq!(seen.update(&k, None), None);
-    }
-
-    #[test]
-    fn a_relist_forgets_what_it_no_longer_lists_and_says_its_last_labels() {
-        let mut seen = SeenLabels::default();
-        let pod = |ns: &str, n: &str| ObjectRef {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            namespace: Some(ns.into()),
-            name: n.into(),
-        };
-        seen.update(&pod("a", "kept"), Some(&labels(&[("app", "web")])));
-        seen.update(&pod("a", "gone"), Some(&labels(&[("app", "db")])));
-        seen.update(&pod("b", "elsewhere"), Some(&labels(&[("app", "db")])));
-        let listed: HashSet<ObjectRef> = [pod("a", "kept")].into();
-        let gone = seen.forget_unseen(|k| k.namespace.as_deref() == Some("a"), &listed);
-        assert_eq!(gone, vec![(pod("a", "gone"), labels(&[("app", "db")]))]);
-        assert!(
-            seen.forget_unseen(|_| true, &listed).iter().any(|(k, _)| k.name == "elsewhere"),
-            "another scope's object was forgotten"
-        );
     }
 }

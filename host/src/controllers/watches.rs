@@ -10,8 +10,9 @@
 //! `OnlyMetadata`, which this host used before): plugins read what they own and watch
 //! (the Memcached plugin its Deployment and Pods, the SidecarSet plugin whole Pods), and
 //! a metadata-only watch cannot answer those reads, so each one went to the apiserver:
-//! ~15 requests per Memcached. The cost is memory: a cached Pod or Deployment is a few
-//! KB of JSON values (see BENCHMARKS.md for the figure per 1,000 Memcacheds).
+//! ~15 requests per Memcached. The cost is memory: a cached Pod or Deployment is its
+//! JSON text, a few KB (`gateway::Cached`; BENCHMARKS.md has the figure per 1,000
+//! Memcacheds).
 //!
 //! `metadata.managedFields` is dropped from every object as it arrives, as
 //! controller-runtime's `TransformStripManagedFields` does: no reconcile reads it, it is
@@ -23,14 +24,15 @@
 //! strips them from what it hands back too (`gateway::kube_backend`), so in practice
 //! plugins do not see them.
 
-use crate::gateway::{KindRef, KubeBackend, ObjectRef, Permissions, Reach, Verb};
+use crate::gateway::{Cached, KindRef, KubeBackend, ObjectRef, Permissions, Reach, Verb};
 use futures::{Stream, StreamExt, stream::BoxStream};
 use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, DynamicResourceScope, ObjectMeta, Resource};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use kube::discovery::Scope;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use std::sync::Arc;
 
 /// Why a kind is watched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,9 +52,10 @@ pub type Source = (Role, Option<String>);
 pub struct Seen {
     /// Built from the watched kind, not the payload (list items may lack their type).
     pub oref: ObjectRef,
-    pub metadata: ObjectMeta,
-    /// The whole object (without managedFields), for the cache.
-    pub object: Value,
+    /// The controllers of the object, for owned kinds' mapping to primaries.
+    pub owners: Vec<OwnerReference>,
+    /// The whole object (without managedFields) as the cache keeps it.
+    pub object: Arc<Cached>,
 }
 
 /// One watched kind: why, what, and where its streams look (None: all namespaces, or
@@ -72,10 +75,13 @@ fn seen(kind: &KindRef, mut o: DynamicObject) -> Option<Seen> {
     // List and watch items may lack apiVersion/kind; the plugin gets whole objects.
     o.types
         .get_or_insert_with(|| kube::core::TypeMeta { api_version: kind.api_version.clone(), kind: kind.kind.clone() });
-    let name = o.metadata.name.clone()?;
-    let object = serde_json::to_value(&o).ok()?;
-    let oref = ObjectRef::new(kind, o.metadata.namespace.as_deref().filter(|n| !n.is_empty()), &name);
-    Some(Seen { oref, metadata: o.metadata, object })
+    let name = o.metadata.name.as_deref()?;
+    let oref = ObjectRef::new(kind, o.metadata.namespace.as_deref().filter(|n| !n.is_empty()), name);
+    // Written out once as it arrives; a reconcile's read is then a copy of this text.
+    let text = serde_json::to_string(&o).ok()?.into_boxed_str();
+    let uid = o.metadata.uid.map(String::into_boxed_str);
+    let object = Arc::new(Cached { text, labels: o.metadata.labels.unwrap_or_default(), uid });
+    Some(Seen { oref, owners: o.metadata.owner_references.unwrap_or_default(), object })
 }
 
 /// The streams for `m`'s primary, owned and watched kinds, made with `kube` (the
@@ -165,7 +171,7 @@ fn tagged<K>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn kind() -> KindRef {
         KindRef::new("cache.example.com/v1alpha1", "Memcached")
@@ -187,13 +193,13 @@ mod tests {
             "spec": {"size": 3}
         }));
         let s = seen(&kind(), o).unwrap();
-        let v = s.object;
+        let v: Value = serde_json::from_str(&s.object.text).unwrap();
         assert_eq!(v["spec"]["size"], 3);
         assert_eq!(v["metadata"]["uid"], "u1");
         assert_eq!(v["kind"], "Memcached");
         assert_eq!(v["apiVersion"], "cache.example.com/v1alpha1");
         assert!(v["metadata"].get("managedFields").is_none(), "{v}");
-        assert!(s.metadata.managed_fields.is_none());
+        assert_eq!(s.object.uid.as_deref(), Some("u1"));
         assert_eq!(s.oref, ObjectRef::new(&kind(), Some("ns"), "a"));
         // An owned or watched kind's object is kept whole too: the plugin reads it.
         let pods = KindRef::new("v1", "Pod");
@@ -201,9 +207,10 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Running"}}));
         let s = seen(&pods, pod).unwrap();
         assert_eq!(s.oref, ObjectRef::new(&pods, Some("ns"), "web-1"));
-        assert_eq!(s.metadata.labels.unwrap()["app"], "web");
-        assert_eq!(s.object["status"]["phase"], "Running");
-        assert_eq!(s.object["kind"], "Pod");
+        assert_eq!(s.object.labels["app"], "web");
+        let v: Value = serde_json::from_str(&s.object.text).unwrap();
+        assert_eq!(v["status"]["phase"], "Running");
+        assert_eq!(v["kind"], "Pod");
     }
 
     #[test]

@@ -23,13 +23,46 @@
 //! stale "not found", `already-exists`), never in a lost write.
 
 use super::{Error, KindRef, ListParams, ObjectRef};
-use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use wasmop_sdk::helpers::LabelSelector;
 
-/// The objects a controller watches, by reference.
-pub type ObjectCache = Arc<Mutex<HashMap<ObjectRef, Arc<Value>>>>;
+/// An object's labels.
+pub type Labels = BTreeMap<String, String>;
+
+/// One object as a cache keeps it: the JSON text a plugin reads, and the two parts the
+/// host reads itself (labels, to answer selector lists and map watched objects to
+/// primaries; the uid, for Events).
+///
+/// Why text and not a `serde_json::Value`: text is what crosses into the plugin, so a
+/// read is a copy, not a serialization, and a list is its objects' texts joined; and
+/// JSON text is about a quarter of the memory of the same object as a tree of values
+/// (BENCHMARKS.md, issue 22). The host parses an object's text again only where it
+/// needs more than these parts: a primary's label selector, once per version of it.
+#[derive(Debug, PartialEq)]
+pub struct Cached {
+    pub text: Box<str>,
+    pub labels: Labels,
+    pub uid: Option<Box<str>>,
+}
+
+impl Cached {
+    /// The cache's form of `object` (its labels and uid read from it).
+    pub fn of(object: &serde_json::Value) -> Self {
+        let meta = object.get("metadata");
+        let labels = meta
+            .and_then(|m| m.get("labels"))
+            .and_then(|l| l.as_object())
+            .map(|l| l.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        let uid = meta.and_then(|m| m.get("uid")).and_then(|u| u.as_str()).map(Into::into);
+        Cached { text: object.to_string().into(), labels, uid }
+    }
+}
+
+/// The objects a controller watches, by reference. An object's `Arc` is replaced
+/// whenever the object changes, so an `Arc` still equal is an object unchanged.
+pub type ObjectCache = Arc<Mutex<HashMap<ObjectRef, Arc<Cached>>>>;
 
 /// The objects of one kind a plugin watches, as its watch last saw them.
 pub struct KindCache {
@@ -37,20 +70,11 @@ pub struct KindCache {
     /// None: all namespaces (or a cluster-scoped kind).
     pub namespaces: Option<Vec<String>>,
     pub objects: ObjectCache,
-    /// The last list answered as text (see [`KindCache::list_text`]).
-    text: Mutex<Option<ListText>>,
-}
-
-/// A list's JSON text, with the params and the very objects it was written from.
-struct ListText {
-    params: ListParams,
-    objects: Vec<Arc<Value>>,
-    text: String,
 }
 
 impl KindCache {
     pub fn new(kind: KindRef, namespaces: Option<Vec<String>>, objects: ObjectCache) -> Self {
-        KindCache { kind, namespaces, objects, text: Mutex::default() }
+        KindCache { kind, namespaces, objects }
     }
 
     fn covers(&self, namespace: Option<&str>) -> bool {
@@ -61,13 +85,13 @@ impl KindCache {
         }
     }
 
-    /// Some(answer) when the cache can answer a get of `r`.
-    pub fn get(&self, r: &ObjectRef) -> Option<Result<Value, Error>> {
+    /// Some(answer, as JSON text) when the cache can answer a get of `r`.
+    pub fn get(&self, r: &ObjectRef) -> Option<Result<String, Error>> {
         if r.kind_ref() != self.kind || !self.covers(r.namespace.as_deref()) {
             return None;
         }
         Some(match self.objects.lock().unwrap().get(r) {
-            Some(v) => Ok((**v).clone()),
+            Some(c) => Ok(c.text.to_string()),
             None => Err(Error::NotFound(format!("{r} not found"))),
         })
     }
@@ -78,12 +102,14 @@ impl KindCache {
         if r.kind_ref() != self.kind || !self.covers(r.namespace.as_deref()) {
             return None;
         }
-        let objects = self.objects.lock().unwrap();
-        objects.get(r)?.pointer("/metadata/uid")?.as_str().map(str::to_owned)
+        self.objects.lock().unwrap().get(r)?.uid.as_deref().map(str::to_owned)
     }
 
-    /// Some(answer) when the cache can answer this list.
-    pub fn list(&self, kind: &KindRef, p: &ListParams) -> Option<Result<Vec<Arc<Value>>, Error>> {
+    /// Some(answer) when the cache can answer this list: the JSON text of an array of
+    /// the objects selected, ordered by reference (as a list from the apiserver is, by
+    /// name). Where several reads of one list must agree, `Arc`s of the same objects
+    /// give the same text byte for byte (the SDK's `list_shared` relies on it).
+    pub fn list_text(&self, kind: &KindRef, p: &ListParams) -> Option<Result<String, Error>> {
         if *kind != self.kind || p.field_selector.is_some() || !self.covers(p.namespace.as_deref()) {
             return None;
         }
@@ -92,40 +118,22 @@ impl KindCache {
             Err(e) => return Some(Err(Error::Invalid(e))),
         };
         let objects = self.objects.lock().unwrap();
-        let mut out: Vec<(&ObjectRef, &Arc<Value>)> = objects
+        let mut out: Vec<(&ObjectRef, &Arc<Cached>)> = objects
             .iter()
             .filter(|(k, _)| p.namespace.is_none() || k.namespace == p.namespace)
-            .filter(|(_, v)| selector.as_ref().is_none_or(|s| s.matches_json(labels(v))))
+            .filter(|(_, c)| selector.as_ref().is_none_or(|s| s.matches(&c.labels)))
             .collect();
-        out.sort_by(|a, b| a.0.cmp(b.0));
-        Some(Ok(out.into_iter().map(|(_, v)| v.clone()).collect()))
-    }
-
-    /// [`KindCache::list`] as the JSON text of an array. The text written for the
-    /// last list is handed out again while the same list would hold the very same
-    /// objects: the cache replaces an object's `Arc` whenever the object changes, and
-    /// the memo keeps the old ones alive, so equal pointers mean equal content.
-    ///
-    /// Why: an admission webhook lists the same few objects (SidecarSets, policies) on
-    /// every review, and writing them out was the host's largest JSON job per review.
-    pub fn list_text(&self, kind: &KindRef, p: &ListParams) -> Option<Result<String, Error>> {
-        let items = match self.list(kind, p)? {
-            Ok(items) => items,
-            Err(e) => return Some(Err(e)),
-        };
-        let mut memo = self.text.lock().unwrap();
-        if let Some(m) = memo.as_ref().filter(|m| {
-            m.params == *p
-                && m.objects.len() == items.len()
-                && m.objects.iter().zip(&items).all(|(a, b)| Arc::ptr_eq(a, b))
-        }) {
-            return Some(Ok(m.text.clone()));
+        out.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut text = String::with_capacity(2 + out.iter().map(|(_, c)| c.text.len() + 1).sum::<usize>());
+        text.push('[');
+        for (i, (_, c)) in out.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&c.text);
         }
-        let text = super::list_text(&items);
-        if let Ok(text) = &text {
-            *memo = Some(ListText { params: p.clone(), objects: items, text: text.clone() });
-        }
-        Some(text)
+        text.push(']');
+        Some(Ok(text))
     }
 }
 
@@ -149,7 +157,7 @@ impl PluginCache {
     }
 
     /// Some(answer) when a cache can answer a get of `r`.
-    pub fn get(&self, r: &ObjectRef) -> Option<Result<Value, Error>> {
+    pub fn get(&self, r: &ObjectRef) -> Option<Result<String, Error>> {
         self.of(&r.kind_ref(), r.namespace.as_deref())?.get(r)
     }
 
@@ -162,12 +170,6 @@ impl PluginCache {
     pub fn list_text(&self, kind: &KindRef, p: &ListParams) -> Option<Result<String, Error>> {
         self.of(kind, p.namespace.as_deref())?.list_text(kind, p)
     }
-}
-
-/// An object's `metadata.labels` (not `Value::pointer`, which parses its path on each
-/// of the thousands of objects a list scans).
-fn labels(v: &Value) -> Option<&Value> {
-    v.get("metadata")?.get("labels")
 }
 
 /// Published caches, by plugin name.
@@ -198,7 +200,15 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    fn cached(v: Value) -> Arc<Cached> {
+        Arc::new(Cached::of(&v))
+    }
+
+    fn parsed(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
 
     #[test]
     fn answers_only_what_it_covers() {
@@ -208,9 +218,9 @@ mod tests {
         objects
             .lock()
             .unwrap()
-            .insert(a.clone(), Arc::new(json!({"metadata": {"name": "x", "uid": "u-1", "labels": {"k": "v"}}})));
+            .insert(a.clone(), cached(json!({"metadata": {"name": "x", "uid": "u-1", "labels": {"k": "v"}}})));
         let c = KindCache::new(kind.clone(), Some(vec!["a".into()]), objects.clone());
-        assert!(c.get(&a).unwrap().is_ok());
+        assert_eq!(parsed(&c.get(&a).unwrap().unwrap())["metadata"]["labels"]["k"], "v");
         assert!(matches!(c.get(&ObjectRef::new(&kind, Some("a"), "y")), Some(Err(Error::NotFound(_)))));
         assert!(c.get(&ObjectRef::new(&kind, Some("b"), "x")).is_none(), "namespace not watched: ask the apiserver");
         assert!(c.get(&ObjectRef::new(&KindRef::new("v1", "Secret"), Some("a"), "x")).is_none());
@@ -223,18 +233,27 @@ mod tests {
             label_selector: sel.map(Into::into),
             field_selector: None,
         };
-        assert_eq!(c.list(&kind, &p(Some("a"), Some("k=v"))).unwrap().unwrap().len(), 1);
-        assert_eq!(c.list(&kind, &p(Some("a"), Some("k=w"))).unwrap().unwrap().len(), 0);
-        assert!(c.list(&kind, &p(None, None)).is_none(), "all namespaces, but only `a` is watched");
-
-        // As text: the same until an object changes or the params do.
         let text = |sel: Option<&str>| c.list_text(&kind, &p(Some("a"), sel)).unwrap().unwrap();
+        assert_eq!(parsed(&text(Some("k=v"))).as_array().unwrap().len(), 1);
+        assert_eq!(text(Some("k=w")), "[]");
+        assert!(matches!(c.list_text(&kind, &p(Some("a"), Some("k in ("))), Some(Err(Error::Invalid(_)))));
+        assert!(c.list_text(&kind, &p(None, None)).is_none(), "all namespaces, but only `a` is watched");
+
+        // Several objects: a JSON array in name order, whatever the map's order.
+        for n in ["c", "b"] {
+            let r = ObjectRef::new(&kind, Some("a"), n);
+            objects.lock().unwrap().insert(r, cached(json!({"metadata": {"name": n, "labels": {"k": "v"}}})));
+        }
+        let names: Vec<Value> = parsed(&text(Some("k=v"))).as_array().unwrap().iter().map(|o| o["metadata"]["name"].clone()).collect();
+        assert_eq!(names, [json!("b"), json!("c"), json!("x")]);
+        for n in ["c", "b"] {
+            objects.lock().unwrap().remove(&ObjectRef::new(&kind, Some("a"), n));
+        }
         let first = text(None);
-        assert_eq!(serde_json::from_str::<Value>(&first).unwrap()[0]["metadata"]["uid"], "u-1");
-        assert_eq!(text(None), first);
-        assert_eq!(text(Some("k=w")), "[]", "other params, other answer");
-        objects.lock().unwrap().insert(a.clone(), Arc::new(json!({"metadata": {"name": "x", "uid": "u-2"}})));
-        assert_eq!(serde_json::from_str::<Value>(&text(None)).unwrap()[0]["metadata"]["uid"], "u-2", "changed object");
+        assert_eq!(parsed(&first)[0]["metadata"]["uid"], "u-1");
+        assert_eq!(text(None), first, "the same objects, the same text");
+        objects.lock().unwrap().insert(a.clone(), cached(json!({"metadata": {"name": "x", "uid": "u-2"}})));
+        assert_eq!(parsed(&text(None))[0]["metadata"]["uid"], "u-2", "changed object");
         objects.lock().unwrap().remove(&a);
         assert_eq!(text(None), "[]", "deleted object");
         assert!(c.list_text(&kind, &p(None, None)).is_none());
@@ -247,7 +266,7 @@ mod tests {
         let filled = |kind: &KindRef, name: &str| {
             let objects: ObjectCache = Arc::default();
             let r = ObjectRef::new(kind, Some("a"), name);
-            objects.lock().unwrap().insert(r, Arc::new(json!({"kind": kind.kind, "metadata": {"name": name}})));
+            objects.lock().unwrap().insert(r, cached(json!({"kind": kind.kind, "metadata": {"name": name}})));
             objects
         };
         let c = PluginCache::new(
@@ -257,8 +276,8 @@ mod tests {
                 KindCache::new(dep.clone(), Some(vec!["a".into()]), filled(&dep, "d")),
             ],
         );
-        assert_eq!(c.get(&ObjectRef::new(&dep, Some("a"), "d")).unwrap().unwrap()["kind"], "Deployment");
-        assert_eq!(c.get(&ObjectRef::new(&mc, Some("a"), "m")).unwrap().unwrap()["kind"], "Memcached");
+        assert_eq!(parsed(&c.get(&ObjectRef::new(&dep, Some("a"), "d")).unwrap().unwrap())["kind"], "Deployment");
+        assert_eq!(parsed(&c.get(&ObjectRef::new(&mc, Some("a"), "m")).unwrap().unwrap())["kind"], "Memcached");
         // Not found in a watched kind is an answer (a create follows); elsewhere, no answer.
         assert!(matches!(c.get(&ObjectRef::new(&dep, Some("a"), "m")), Some(Err(Error::NotFound(_)))));
         assert!(c.get(&ObjectRef::new(&dep, Some("b"), "d")).is_none());
@@ -266,7 +285,7 @@ mod tests {
         let all = ListParams::default();
         assert!(c.list_text(&dep, &all).is_none(), "all namespaces, but Deployments only in `a`");
         let text = c.list_text(&mc, &all).unwrap().unwrap();
-        assert_eq!(serde_json::from_str::<Value>(&text).unwrap()[0]["metadata"]["name"], "m");
+        assert_eq!(parsed(&text)[0]["metadata"]["name"], "m");
         let fields = ListParams { field_selector: Some("metadata.name=m".into()), ..ListParams::default() };
         assert!(c.list_text(&mc, &fields).is_none(), "field selectors are the apiserver's");
     }

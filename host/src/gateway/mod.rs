@@ -15,7 +15,7 @@ mod kube_backend;
 mod memory;
 mod permissions;
 
-pub use cache::{Caches, KindCache, ObjectCache, PluginCache};
+pub use cache::{Cached, Caches, KindCache, Labels, ObjectCache, PluginCache};
 pub use error::from_kube;
 pub use identity::{APPROVED_PLUGIN, Identities, Identity, verify as verify_identity};
 pub use kube_backend::KubeBackend;
@@ -171,19 +171,19 @@ impl Gateway {
         r
     }
 
-    /// One object: from the watch cache when it holds the kind there (see
-    /// [`Read`]), else from the backend.
-    pub async fn get(&self, object: &ObjectRef, read: Read) -> Result<Value, Error> {
+    /// One object as JSON text (what a plugin gets): from the watch cache when it holds
+    /// the kind there (see [`Read`]), else from the backend.
+    pub async fn get(&self, object: &ObjectRef, read: Read) -> Result<String, Error> {
         self.check(&object.kind_ref(), Verb::Get, object.namespace.as_deref()).await?;
         if let Some(r) = self.cached(read).and_then(|c| c.get(object)) {
             return self.counted(Verb::Get, r);
         }
-        self.counted(Verb::Get, self.backend.get(object).await)
+        self.counted(Verb::Get, self.backend.get(object).await.map(|v| v.to_string()))
     }
 
     /// The objects of `kind` that `params` select, as the JSON text of an array (what a
-    /// plugin gets): from the watch cache when it covers the list, reusing the text of
-    /// an unchanged list (see [`KindCache::list_text`]); else from the backend.
+    /// plugin gets): from the watch cache when it covers the list (see
+    /// [`KindCache::list_text`]); else from the backend.
     pub async fn list(&self, kind: &KindRef, params: &ListParams, read: Read) -> Result<String, Error> {
         self.check(kind, Verb::List, params.namespace.as_deref()).await?;
         if let Some(r) = self.cached(read).and_then(|c| c.list_text(kind, params)) {

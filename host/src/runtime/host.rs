@@ -240,7 +240,7 @@ impl types::Host for HostState {}
 impl HostState {
     async fn read_one(&mut self, object: types::ObjectRef, read: gateway::Read) -> Result<String, types::Error> {
         let g = self.gateway()?.clone();
-        let r = json(g.get(&sdk_ref(object), read).await);
+        let r = g.get(&sdk_ref(object), read).await.map_err(to_wit);
         self.denied(r).await
     }
 

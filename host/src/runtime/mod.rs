@@ -200,13 +200,13 @@ impl Runtime {
         c: &Compiled,
         gateway: Gateway,
         object: &ObjectRef,
-        current: Option<&serde_json::Value>,
+        current: Option<&str>,
         settings: &str,
         limits: &Limits,
     ) -> Result<Result<Action, ReconcileError>, RuntimeError> {
         let req = bindings::exports::wasmop::operator::reconciler::Request {
             object: convert::wit_ref(object),
-            current: current.map(|c| c.to_string()),
+            current: current.map(str::to_owned),
             settings: settings.to_owned(),
         };
         let name = gateway.plugin().to_owned();
