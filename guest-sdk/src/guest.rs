@@ -11,12 +11,14 @@ wit_bindgen::generate!({
 use crate::{Cluster, Context, ListParams, Reconciler};
 use crate::{Error, EventType, KindRef, LogLevel, ObjectRef};
 use exports::wasmop::operator::admission as adm;
+use exports::wasmop::operator::own_writes as own;
 use exports::wasmop::operator::reconciler as rec;
 use exports::wasmop::operator::selectors as sel;
 use wasmop::operator::{cluster, events, log, types as wt};
 
 pub use adm::Guest as AdmissionGuest;
 pub use adm::Handler as WitHandler;
+pub use own::Guest as OwnWritesGuest;
 pub use rec::Guest as ReconcilerGuest;
 pub use rec::Request as WitRequest;
 pub use rec::{Action as WitAction, PluginManifest as WitManifest, ReconcileError as WitReconcileError};
@@ -142,6 +144,11 @@ pub fn selector_watches<R: Reconciler>(settings: &str) -> Result<Vec<WitSelector
             _ => None,
         })
         .collect())
+}
+
+#[doc(hidden)]
+pub fn skip_own_writes<R: Reconciler>(settings: &str) -> bool {
+    R::manifest(settings).is_ok_and(|m| m.skip_own_writes)
 }
 
 #[doc(hidden)]

@@ -87,6 +87,11 @@ macro_rules! export_plugin {
                     $crate::guest::selector_watches::<$ty>(&settings)
                 }
             }
+            impl $crate::guest::OwnWritesGuest for __WasmopExport {
+                fn skip_own_writes(settings: ::std::string::String) -> bool {
+                    $crate::guest::skip_own_writes::<$ty>(&settings)
+                }
+            }
             impl $crate::guest::AdmissionGuest for __WasmopExport {
                 fn handlers(settings: ::std::string::String) -> ::std::vec::Vec<$crate::guest::WitHandler> {
                     $crate::guest::handlers::<$wh>(&settings)

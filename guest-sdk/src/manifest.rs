@@ -72,6 +72,10 @@ pub struct Manifest {
     pub owns: Vec<KindRef>,
     pub watches: Vec<Watch>,
     pub permissions: Vec<Permission>,
+    /// See [`Manifest::skip_own_writes`]. Crosses the contract as the `own-writes`
+    /// export, so hosts without it still run the plugin (reconciling on its own writes).
+    #[serde(default, rename = "skipOwnWrites")]
+    pub skip_own_writes: bool,
 }
 
 impl Manifest {
@@ -90,6 +94,7 @@ impl Manifest {
             owns: Vec::new(),
             watches: Vec::new(),
             permissions: Vec::new(),
+            skip_own_writes: false,
         }
     }
 
@@ -112,6 +117,17 @@ impl Manifest {
 
     pub fn watches<W: kube::core::Resource<DynamicType = ()>>(mut self, mapping: Mapping) -> Self {
         self.watches.push(Watch { kind: KindRef::of::<W>(), mapping });
+        self
+    }
+
+    /// A change of a primary that is only its own reconcile's write to it (the state the
+    /// apiserver answered that `update` or `update_status` with) does not reconcile it
+    /// again; every other change does. For a reconcile that takes every step it can in
+    /// one call: one that writes a status and counts on the next reconcile to read it
+    /// back and go on must not set this (or must return [`crate::Action::requeue`]).
+    /// See the WIT `own-writes` interface.
+    pub fn skip_own_writes(mut self) -> Self {
+        self.skip_own_writes = true;
         self
     }
 

@@ -177,6 +177,44 @@ fn reads_of_the_kinds_it_watches_never_reach_the_apiserver() -> Result<()> {
 
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
+fn its_own_status_writes_reconcile_nothing_but_anyone_elses_are_undone() -> Result<()> {
+    install_crd(CRD, "memcacheds.cache.example.com")?;
+    let ns = Namespace::new("mc-own");
+    let host = Host::start_with_env(
+        &[("memcached", &plugin_path("memcached.wasm"), &format!("namespace: {}", ns.0))],
+        &[],
+        &[("WASMOP_LOG", "info,wasmop::controllers=debug")],
+    )?;
+    apply(&memcached(&ns.0, "a", "1")).map_err(|e| anyhow!(e))?;
+    converged(&ns.0, "a", 1)?;
+    // The watch brought back the plugin's own writes at the very resourceVersion the
+    // apiserver answered them with, and the host told them apart.
+    eventually("an own write recognised", WAIT, || {
+        let logs = host.logs();
+        if logs.contains("own write echoed") { Ok(()) } else { bail!("no echo recognised in the host's log") }
+    })?;
+    // A status written by someone else is a change like any other: it is reconciled,
+    // and the plugin writes the true status back.
+    kubectl(&[
+        "-n",
+        &ns.0,
+        "patch",
+        "memcached",
+        "a",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"nodes":["forged"],"readyReplicas":7}}"#,
+    ])
+    .map_err(|e| anyhow!(e))?;
+    converged(&ns.0, "a", 1)?;
+    let mc = get_json(&["memcached", "a", "-n", &ns.0]).unwrap();
+    assert_eq!(mc["status"]["readyReplicas"], 1, "{}", mc["status"]);
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
 fn invalid_sizes_are_rejected_naming_the_field() -> Result<()> {
     install_crd(CRD, "memcacheds.cache.example.com")?;
     let ns = Namespace::new("mc-bad");

@@ -19,7 +19,9 @@ use super::backoff::Backoff;
 use super::queue::Queue;
 use super::selector::Selecting;
 use super::watches::{self, Role, Seen, Source};
-use crate::gateway::{Backend, Cached, Caches, EventType, Gateway, KindCache, KubeBackend, ObjectRef, PluginCache};
+use crate::gateway::{
+    Backend, Cached, Caches, EventType, Gateway, KindCache, KubeBackend, ObjectRef, OwnWrites, PluginCache,
+};
 use crate::health::Health;
 use crate::metrics::{METRICS, labels};
 use crate::registry::Handle;
@@ -101,6 +103,8 @@ pub(super) async fn run(
     // Withdrawn however this controller ends, including being dropped when deposed.
     let _withdraw = Withdraw(shared.caches.clone(), name.clone(), published.clone());
     let backoff = Arc::new(Mutex::new(Backoff::default()));
+    // Only for a plugin that asked: its own writes to a primary do not queue it again.
+    let own = manifest.skip_own_writes.then(|| Arc::new(OwnWrites::default()));
     // A JoinSet, so that aborting (or dropping) this task aborts the workers too. They
     // start once every watch has synced, as controller-runtime's do: a reconcile then
     // reads from complete caches, never from the apiserver, and never takes an object
@@ -114,6 +118,7 @@ pub(super) async fn run(
                 queue: queue.clone(),
                 cache: cache.clone(),
                 backoff: backoff.clone(),
+                own: own.clone(),
             };
             workers.spawn(w.run());
         }
@@ -148,7 +153,8 @@ pub(super) async fn run(
                 }
                 Some((source, Ok(ev))) => {
                     let done = matches!(ev, watcher::Event::InitDone);
-                    on_event(&manifest, source.clone(), ev, &objects, &queue, &mut relisting, &mut selecting);
+                    let (queue, own) = (&*queue, own.as_deref());
+                    on_event(&manifest, source.clone(), ev, &objects, (queue, own), &mut relisting, &mut selecting);
                     if done && synced.insert(source) && synced.len() == total_streams {
                         shared.health.controller(&name, true);
                         shared.caches.publish(&name, published.clone());
@@ -205,7 +211,7 @@ fn on_event(
     source: Source,
     ev: watcher::Event<Seen>,
     objects: &HashMap<Role, Cache>,
-    queue: &Queue<ObjectRef>,
+    (queue, own): (&Queue<ObjectRef>, Option<&OwnWrites>),
     relisting: &mut HashMap<Source, HashSet<ObjectRef>>,
     selecting: &mut Selecting,
 ) {
@@ -244,7 +250,7 @@ fn on_event(
         InitApply(o) | Apply(o) => (o, false),
         Delete(o) => (o, true),
     };
-    let Seen { oref, owners, object } = obj;
+    let Seen { oref, owners, resource_version, object } = obj;
     if let Some(seen) = relisting.get_mut(&source) {
         seen.insert(oref.clone());
     }
@@ -255,7 +261,17 @@ fn on_event(
         objects[&role].lock().unwrap().insert(oref.clone(), object.clone())
     };
     match role {
-        Role::Primary => queue.add(oref),
+        Role::Primary => match own {
+            Some(own) if deleted => {
+                own.forget(&oref);
+                queue.add(oref);
+            }
+            // The state the plugin's own write produced, which its reconcile had in hand.
+            Some(own) if resource_version.as_deref().is_some_and(|rv| own.is_echo(&oref, rv)) => {
+                tracing::debug!(plugin = %m.name, object = %oref, "own write echoed: not reconciled again");
+            }
+            _ => queue.add(oref),
+        },
         Role::Owned(_) => {
             let owner = owners.iter().find(|r| {
                 r.controller == Some(true)
@@ -303,6 +319,8 @@ struct Worker {
     queue: Arc<Queue<ObjectRef>>,
     cache: Cache,
     backoff: Arc<Mutex<Backoff<ObjectRef>>>,
+    /// Where reconciles record their writes to their primary (see [`OwnWrites`]).
+    own: Option<Arc<OwnWrites>>,
 }
 
 impl Worker {
@@ -328,8 +346,11 @@ impl Worker {
                 return;
             }
         };
-        let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
+        let mut gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
             .with_cache(self.shared.caches.get(&plugin.name, plugin.identity.as_ref()));
+        if let Some(own) = &self.own {
+            gateway = gateway.with_own_writes(key.clone(), own.clone());
+        }
         let started = Instant::now();
         let result = self
             .shared

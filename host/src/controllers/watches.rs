@@ -26,8 +26,8 @@
 
 use crate::gateway::{Cached, KindRef, KubeBackend, ObjectRef, Permissions, Reach, Verb};
 use futures::{Stream, StreamExt, stream::BoxStream};
-use kube::api::{Api, DynamicObject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, DynamicResourceScope, Resource};
 use kube::discovery::Scope;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -54,6 +54,8 @@ pub struct Seen {
     pub oref: ObjectRef,
     /// The controllers of the object, for owned kinds' mapping to primaries.
     pub owners: Vec<OwnerReference>,
+    /// Which state of the object this is (to tell a plugin's own writes coming back).
+    pub resource_version: Option<String>,
     /// The whole object (without managedFields) as the cache keeps it.
     pub object: Arc<Cached>,
 }
@@ -81,7 +83,8 @@ fn seen(kind: &KindRef, mut o: DynamicObject) -> Option<Seen> {
     let text = serde_json::to_string(&o).ok()?.into_boxed_str();
     let uid = o.metadata.uid.map(String::into_boxed_str);
     let object = Arc::new(Cached { text, labels: o.metadata.labels.unwrap_or_default(), uid });
-    Some(Seen { oref, owners: o.metadata.owner_references.unwrap_or_default(), object })
+    let (owners, resource_version) = (o.metadata.owner_references.unwrap_or_default(), o.metadata.resource_version);
+    Some(Seen { oref, owners, resource_version, object })
 }
 
 /// The streams for `m`'s primary, owned and watched kinds, made with `kube` (the

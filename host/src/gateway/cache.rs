@@ -244,7 +244,8 @@ mod tests {
             let r = ObjectRef::new(&kind, Some("a"), n);
             objects.lock().unwrap().insert(r, cached(json!({"metadata": {"name": n, "labels": {"k": "v"}}})));
         }
-        let names: Vec<Value> = parsed(&text(Some("k=v"))).as_array().unwrap().iter().map(|o| o["metadata"]["name"].clone()).collect();
+        let names: Vec<Value> =
+            parsed(&text(Some("k=v"))).as_array().unwrap().iter().map(|o| o["metadata"]["name"].clone()).collect();
         assert_eq!(names, [json!("b"), json!("c"), json!("x")]);
         for n in ["c", "b"] {
             objects.lock().unwrap().remove(&ObjectRef::new(&kind, Some("a"), n));

@@ -13,6 +13,7 @@ mod events;
 mod identity;
 mod kube_backend;
 mod memory;
+mod own_writes;
 mod permissions;
 
 pub use cache::{Cached, Caches, KindCache, Labels, ObjectCache, PluginCache};
@@ -20,6 +21,7 @@ pub use error::from_kube;
 pub use identity::{APPROVED_PLUGIN, Identities, Identity, verify as verify_identity};
 pub use kube_backend::KubeBackend;
 pub use memory::MemoryBackend;
+pub use own_writes::OwnWrites;
 pub use permissions::{Permissions, Reach};
 /// `s` cut to at most `max` bytes on a character boundary: plugin text (messages, log
 /// lines) is untrusted and may be of any size.
@@ -98,6 +100,8 @@ pub struct Gateway {
     /// Whether the last cluster call ended in `conflict` (see [`Gateway::ended_in_conflict`]).
     conflict: Arc<AtomicBool>,
     cache: Option<Arc<PluginCache>>,
+    /// The object this gateway's reconcile is of, and where its writes to it are recorded.
+    own: Option<(ObjectRef, Arc<OwnWrites>)>,
 }
 
 impl Gateway {
@@ -109,6 +113,23 @@ impl Gateway {
             denied: Arc::default(),
             conflict: Arc::default(),
             cache: None,
+            own: None,
+        }
+    }
+
+    /// Records in `own` the resourceVersion of each write to `key` (see [`OwnWrites`]).
+    pub fn with_own_writes(mut self, key: ObjectRef, own: Arc<OwnWrites>) -> Self {
+        self.own = Some((key, own));
+        self
+    }
+
+    /// `written` (the apiserver's answer to a write of `r`) is the reconciled object's.
+    fn own_write(&self, r: &ObjectRef, written: &Result<Value, Error>) {
+        if let (Some((key, own)), Ok(v)) = (&self.own, written)
+            && key == r
+            && let Some(rv) = v.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+        {
+            own.record(key, rv);
         }
     }
 
@@ -206,13 +227,17 @@ impl Gateway {
     pub async fn update(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
         self.check(&r.kind_ref(), Verb::Update, r.namespace.as_deref()).await?;
-        self.counted(Verb::Update, self.backend.update(object).await)
+        let written = self.backend.update(object).await;
+        self.own_write(&r, &written);
+        self.counted(Verb::Update, written)
     }
 
     pub async fn update_status(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
         self.check(&r.kind_ref(), Verb::UpdateStatus, r.namespace.as_deref()).await?;
-        self.counted(Verb::UpdateStatus, self.backend.update_status(object).await)
+        let written = self.backend.update_status(object).await;
+        self.own_write(&r, &written);
+        self.counted(Verb::UpdateStatus, written)
     }
 
     pub async fn delete(&self, object: &ObjectRef) -> Result<(), Error> {

@@ -74,6 +74,8 @@ fn plain(m: rec::PluginManifest) -> Manifest {
                     .collect(),
             })
             .collect(),
+        // The `own-writes` export's answer, set by the caller.
+        skip_own_writes: false,
     }
 }
 

@@ -183,13 +183,19 @@ impl Runtime {
                     Some(x) => x.load(&mut *s, i)?.call_selector_watches(&mut *s, settings).await?,
                     None => Ok(Vec::new()),
                 };
-                Ok((m, selectors))
+                let skip_own_writes = match &code.own_writes {
+                    Some(x) => x.load(&mut *s, i)?.call_skip_own_writes(&mut *s, settings).await?,
+                    None => false,
+                };
+                Ok((m, selectors, skip_own_writes))
             })
             .await?;
         match r {
-            (Ok(m), Ok(selectors)) => convert::manifest(m, selectors).map_err(RuntimeError::Manifest),
-            (Err(e), _) => Err(RuntimeError::Manifest(e)),
-            (_, Err(e)) => Err(RuntimeError::Manifest(format!("selector-watches: {e}"))),
+            (Ok(m), Ok(selectors), skip_own_writes) => convert::manifest(m, selectors)
+                .map(|m| Manifest { skip_own_writes, ..m })
+                .map_err(RuntimeError::Manifest),
+            (Err(e), _, _) => Err(RuntimeError::Manifest(e)),
+            (_, Err(e), _) => Err(RuntimeError::Manifest(format!("selector-watches: {e}"))),
         }
     }
 

@@ -22,6 +22,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use super::bindings::FullPlugin as PluginBindings;
 use super::bindings::exports::wasmop::operator::admission::GuestIndices as AdmissionIndices;
+use super::bindings::exports::wasmop::operator::own_writes::GuestIndices as OwnWritesIndices;
 use super::bindings::exports::wasmop::operator::reconciler::GuestIndices as ReconcilerIndices;
 use super::bindings::exports::wasmop::operator::selectors::GuestIndices as SelectorsIndices;
 use super::host::HostState;
@@ -87,7 +88,8 @@ impl Tier {
         let reconciler = ReconcilerIndices::new(&pre).map_err(|e| RuntimeError::WrongWorld(format!("{e:#}")))?;
         let admission = AdmissionIndices::new(&pre).ok();
         let selectors = SelectorsIndices::new(&pre).ok();
-        Ok(Code { pre, reconciler, admission, selectors, optimized })
+        let own_writes = OwnWritesIndices::new(&pre).ok();
+        Ok(Code { pre, reconciler, admission, selectors, own_writes, optimized })
     }
 }
 
@@ -125,6 +127,8 @@ pub(super) struct Code {
     pub admission: Option<AdmissionIndices>,
     /// None: the plugin narrows no watch by selectors (it predates them, or needs none).
     pub selectors: Option<SelectorsIndices>,
+    /// None: the plugin's own writes are news to it (it predates the export).
+    pub own_writes: Option<OwnWritesIndices>,
     pub optimized: bool,
 }
 

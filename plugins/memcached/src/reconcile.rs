@@ -51,7 +51,10 @@ impl Reconciler for Memcached {
             .owns::<Deployment>()
             .watches::<Pod>(Mapping::Label(INSTANCE_LABEL.into()))
             .allow::<Cr>(&[Verb::Update, Verb::UpdateStatus])
-            .allow::<Deployment>(&[Verb::Create, Verb::Update]))
+            .allow::<Deployment>(&[Verb::Create, Verb::Update])
+            // Each reconcile takes every step it can (finalizer, Deployment, status), so
+            // the status it writes holds nothing new for the next one.
+            .skip_own_writes())
     }
 
     fn reconcile(ctx: &Context<'_>, req: &Request) -> Result<Action, ReconcileError> {

@@ -26,7 +26,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wasmop_sdk::helpers::{controller_ref, setting};
-use wasmop_sdk::{Action, ClusterExt, Context, KindRef, Manifest, ObjectRef, ReconcileError, Reconciler, Request, Verb};
+use wasmop_sdk::{
+    Action, ClusterExt, Context, KindRef, Manifest, ObjectRef, ReconcileError, Reconciler, Request, Verb,
+};
 
 pub struct Probe;
 
