@@ -397,9 +397,10 @@ fn check_handlers(handlers: &[Handler]) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// What a controller watches: changes here need new watches.
-fn watch_set(m: &Manifest) -> (&KindRef, bool, &[String], &[KindRef], &[Watch]) {
-    (&m.primary, m.namespaced, &m.namespaces, &m.owns, &m.watches)
+/// What a controller is built from: its watches, and whether its own writes are news
+/// (a new version that changes any of it gets a new controller).
+fn watch_set(m: &Manifest) -> (&KindRef, bool, &[String], &[KindRef], &[Watch], bool) {
+    (&m.primary, m.namespaced, &m.namespaces, &m.owns, &m.watches, m.skip_own_writes)
 }
 
 /// Two manifests reconcile the same primary kind in at least one common namespace.
