@@ -284,6 +284,11 @@ fn a_faulty_webhook_handler_is_a_clear_denial_and_the_host_keeps_serving() -> Re
     let e = apply(&cm("spin", "loop")).expect_err("a timeout denies");
     assert!(e.contains("deadline"), "{e}");
     assert!(h.alive(), "the host survived");
+    // The tier-up to optimized code replaces the warm instances with its own: once it
+    // is done, the instance that answers ok-1 is the one that answers next.
+    eventually("the plugin's optimized code in place", Duration::from_secs(60), || {
+        if h.logs().contains("plugin code optimized") { Ok(()) } else { bail!("still on the baseline tier") }
+    })?;
     apply(&cm("ok-1", "allow")).map_err(anyhow::Error::msg)?;
     // The instance that allowed ok-1 is warm and answers the next review; the ones
     // that trapped or timed out were dropped, or it would count more.
