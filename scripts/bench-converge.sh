@@ -32,6 +32,8 @@ kubectl apply -f deploy/crds/memcached.yaml >/dev/null
 # with room for whatever else runs there.
 pods=$(kubectl get node kwok-node-0 -o jsonpath='{.status.allocatable.pods}' 2>/dev/null || true)
 pods=${pods:-2000}
+# A quantity: the apiserver writes 2000 as 2k.
+case $pods in *k) pods=$((${pods%k} * 1000)) ;; esac
 if [ "$n" -gt $((pods - 500)) ]; then
   want=$((n + 1000))
   kubectl patch node kwok-node-0 --subresource=status --type=merge \
