@@ -177,22 +177,15 @@ fn reads_of_the_kinds_it_watches_never_reach_the_apiserver() -> Result<()> {
 
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
-fn its_own_status_writes_reconcile_nothing_but_anyone_elses_are_undone() -> Result<()> {
+fn a_status_forged_by_someone_else_is_undone_though_own_writes_are_skipped() -> Result<()> {
     install_crd(CRD, "memcacheds.cache.example.com")?;
     let ns = Namespace::new("mc-own");
-    let host = Host::start_with_env(
-        &[("memcached", &plugin_path("memcached.wasm"), &format!("namespace: {}", ns.0))],
-        &[],
-        &[("WASMOP_LOG", "info,wasmop::controllers=debug")],
-    )?;
+    let _host = host_for(&ns.0)?;
     apply(&memcached(&ns.0, "a", "1")).map_err(|e| anyhow!(e))?;
     converged(&ns.0, "a", 1)?;
-    // The watch brought back the plugin's own writes at the very resourceVersion the
-    // apiserver answered them with, and the host told them apart.
-    eventually("an own write recognised", WAIT, || {
-        let logs = host.logs();
-        if logs.contains("own write echoed") { Ok(()) } else { bail!("no echo recognised in the host's log") }
-    })?;
+    // Whether an echo is recognised depends on whether it arrives after its write's
+    // answer was recorded (a race, see gateway::own_writes); BENCHMARKS.md counts the
+    // reconciles saved. What must hold every time is below.
     // A status written by someone else is a change like any other: it is reconciled,
     // and the plugin writes the true status back.
     kubectl(&[
