@@ -261,17 +261,14 @@ fn on_event(
         objects[&role].lock().unwrap().insert(oref.clone(), object.clone())
     };
     match role {
-        Role::Primary => match own {
-            Some(own) if deleted => {
-                own.forget(&oref);
+        Role::Primary => {
+            if own.is_none_or(|o| o.is_news(&oref, resource_version.as_deref(), deleted)) {
                 queue.add(oref);
-            }
-            // The state the plugin's own write produced, which its reconcile had in hand.
-            Some(own) if resource_version.as_deref().is_some_and(|rv| own.is_echo(&oref, rv)) => {
+            } else {
+                // The state the plugin's own write produced, which its reconcile had in hand.
                 tracing::debug!(plugin = %m.name, object = %oref, "own write echoed: not reconciled again");
             }
-            _ => queue.add(oref),
-        },
+        }
         Role::Owned(_) => {
             let owner = owners.iter().find(|r| {
                 r.controller == Some(true)

@@ -37,8 +37,10 @@ pub type Labels = BTreeMap<String, String>;
 /// Why text and not a `serde_json::Value`: text is what crosses into the plugin, so a
 /// read is a copy, not a serialization, and a list is its objects' texts joined; and
 /// text takes less memory than the same object as a tree of values (peak RSS at 1,000
-/// Memcacheds, 3,000 objects cached: 72 MiB against 95; BENCHMARKS.md, issue 22). The host parses an object's text again only where it
-/// needs more than these parts: a primary's label selector, once per version of it.
+/// Memcacheds, 3,000 objects cached: 72 MiB against 95; BENCHMARKS.md, issue 22). The
+/// host parses an object's text again only where it needs more than these parts: a
+/// primary's label selector, once per version of it. Watches build it as objects
+/// arrive (`controllers::watches`).
 #[derive(Debug, PartialEq)]
 pub struct Cached {
     pub text: Box<str>,
@@ -47,7 +49,9 @@ pub struct Cached {
 }
 
 impl Cached {
-    /// The cache's form of `object` (its labels and uid read from it).
+    /// The cache's form of `object` (its labels and uid read from it), for tests: the
+    /// host builds its entries from the typed objects its watches decode.
+    #[cfg(test)]
     pub fn of(object: &serde_json::Value) -> Self {
         let meta = object.get("metadata");
         let labels = meta

@@ -52,9 +52,20 @@ impl OwnWrites {
         seen.push(rv.to_owned());
     }
 
+    /// Whether a watch event of primary `key` (at `rv`; `deleted` when it is gone) is
+    /// news, that is, must reconcile it: all but its own reconciles' writes coming back.
+    /// A deletion is always news, and forgets what was recorded of `key`.
+    pub fn is_news(&self, key: &ObjectRef, rv: Option<&str>, deleted: bool) -> bool {
+        if deleted {
+            self.forget(key);
+            return true;
+        }
+        !rv.is_some_and(|rv| self.is_echo(key, rv))
+    }
+
     /// Whether `key` at `rv` is one of its own reconciles' writes coming back (each is
     /// recognised once).
-    pub fn is_echo(&self, key: &ObjectRef, rv: &str) -> bool {
+    fn is_echo(&self, key: &ObjectRef, rv: &str) -> bool {
         let mut m = self.0.lock().unwrap();
         let Some(seen) = m.get_mut(key) else { return false };
         let Some(i) = seen.iter().position(|r| r == rv) else { return false };
@@ -66,7 +77,7 @@ impl OwnWrites {
     }
 
     /// `key` is gone: nothing of it will come back.
-    pub fn forget(&self, key: &ObjectRef) {
+    fn forget(&self, key: &ObjectRef) {
         self.0.lock().unwrap().remove(key);
     }
 }
@@ -93,6 +104,18 @@ mod tests {
         own.record(&key("m"), "13");
         own.forget(&key("m"));
         assert!(!own.is_echo(&key("m"), "13"), "forgotten once deleted");
+    }
+
+    #[test]
+    fn an_event_is_news_unless_it_echoes_an_own_write_and_a_deletion_always_is() {
+        let own = OwnWrites::default();
+        own.record(&key("m"), "10");
+        assert!(own.is_news(&key("m"), Some("9"), false), "an older or other state");
+        assert!(own.is_news(&key("m"), None, false), "no resourceVersion: nothing to tell it by");
+        assert!(!own.is_news(&key("m"), Some("10"), false), "its own write coming back");
+        own.record(&key("m"), "11");
+        assert!(own.is_news(&key("m"), Some("11"), true), "deleted at its own write's state");
+        assert!(own.is_news(&key("m"), Some("11"), false), "forgotten with the deletion");
     }
 
     #[test]

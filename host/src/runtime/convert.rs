@@ -19,9 +19,13 @@ pub fn wit_ref(r: &ObjectRef) -> types::ObjectRef {
 }
 
 /// The plugin's manifest, with the watches its `selectors` export narrows (each must
-/// name a watch with mapping `all-primaries`, once).
-pub fn manifest(m: rec::PluginManifest, selectors: Vec<sel::SelectorWatch>) -> Result<Manifest, String> {
-    let mut m = plain(m);
+/// name a watch with mapping `all-primaries`, once) and its `own-writes` export's answer.
+pub fn manifest(
+    m: rec::PluginManifest,
+    selectors: Vec<sel::SelectorWatch>,
+    skip_own_writes: bool,
+) -> Result<Manifest, String> {
+    let mut m = Manifest { skip_own_writes, ..plain(m) };
     for s in selectors {
         let k = kind(s.kind);
         let w = m.watches.iter_mut().find(|w| w.kind == k && w.mapping == Mapping::AllPrimaries).ok_or_else(|| {
@@ -74,7 +78,6 @@ fn plain(m: rec::PluginManifest) -> Manifest {
                     .collect(),
             })
             .collect(),
-        // The `own-writes` export's answer, set by the caller.
         skip_own_writes: false,
     }
 }
@@ -122,20 +125,23 @@ mod tests {
 
     #[test]
     fn a_selector_watch_narrows_the_all_primaries_watch_of_its_kind() {
-        let m =
-            manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &["spec", "selector"])).unwrap();
+        let m = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &["spec", "selector"]), false)
+            .unwrap();
         assert_eq!(m.watches[0].mapping, Mapping::Selector(vec!["spec".into(), "selector".into()]));
-        let m = manifest(manifest_watching(rec::Mapping::AllPrimaries), vec![]).unwrap();
+        let m = manifest(manifest_watching(rec::Mapping::AllPrimaries), vec![], false).unwrap();
+        assert!(!m.skip_own_writes);
+        assert!(manifest(manifest_watching(rec::Mapping::AllPrimaries), vec![], true).unwrap().skip_own_writes);
         assert_eq!(m.watches[0].mapping, Mapping::AllPrimaries, "a plugin without selectors keeps its mapping");
     }
 
     #[test]
     fn a_selector_watch_for_no_such_watch_or_with_no_path_is_refused_by_name() {
-        let e = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Secret", &["spec"])).unwrap_err();
+        let e =
+            manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Secret", &["spec"]), false).unwrap_err();
         assert!(e.contains("v1/Secret is not among the manifest's watches"), "{e}");
-        let e = manifest(manifest_watching(rec::Mapping::SameName), selecting("Pod", &["spec"])).unwrap_err();
+        let e = manifest(manifest_watching(rec::Mapping::SameName), selecting("Pod", &["spec"]), false).unwrap_err();
         assert!(e.contains("v1/Pod is not among the manifest's watches with mapping all-primaries"), "{e}");
-        let e = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &[])).unwrap_err();
+        let e = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &[]), false).unwrap_err();
         assert!(e.contains("path is empty"), "{e}");
     }
 }

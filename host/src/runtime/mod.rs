@@ -191,9 +191,9 @@ impl Runtime {
             })
             .await?;
         match r {
-            (Ok(m), Ok(selectors), skip_own_writes) => convert::manifest(m, selectors)
-                .map(|m| Manifest { skip_own_writes, ..m })
-                .map_err(RuntimeError::Manifest),
+            (Ok(m), Ok(selectors), skip_own_writes) => {
+                convert::manifest(m, selectors, skip_own_writes).map_err(RuntimeError::Manifest)
+            }
             (Err(e), _, _) => Err(RuntimeError::Manifest(e)),
             (_, Err(e), _) => Err(RuntimeError::Manifest(format!("selector-watches: {e}"))),
         }
