@@ -250,7 +250,7 @@ fn on_event(
         InitApply(o) | Apply(o) => (o, false),
         Delete(o) => (o, true),
     };
-    let Seen { oref, owners, resource_version, object } = obj;
+    let Seen { oref, owners, object } = obj;
     if let Some(seen) = relisting.get_mut(&source) {
         seen.insert(oref.clone());
     }
@@ -262,7 +262,7 @@ fn on_event(
     };
     match role {
         Role::Primary => {
-            if own.is_none_or(|o| o.is_news(&oref, resource_version.as_deref(), deleted)) {
+            if own.is_none_or(|o| o.is_news(&oref, object.resource_version.as_deref(), deleted)) {
                 queue.add(oref);
             } else {
                 // The state the plugin's own write produced, which its reconcile had in hand.
@@ -343,11 +343,9 @@ impl Worker {
                 return;
             }
         };
-        let mut gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
-            .with_cache(self.shared.caches.get(&plugin.name, plugin.identity.as_ref()));
-        if let Some(own) = &self.own {
-            gateway = gateway.with_own_writes(key.clone(), own.clone());
-        }
+        let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
+            .with_cache(self.shared.caches.get(&plugin.name, plugin.identity.as_ref()))
+            .reconciling(key.clone(), self.own.clone());
         let started = Instant::now();
         let result = self
             .shared

@@ -54,8 +54,6 @@ pub struct Seen {
     pub oref: ObjectRef,
     /// The controllers of the object, for owned kinds' mapping to primaries.
     pub owners: Vec<OwnerReference>,
-    /// Which state of the object this is (to tell a plugin's own writes coming back).
-    pub resource_version: Option<String>,
     /// The whole object (without managedFields) as the cache keeps it.
     pub object: Arc<Cached>,
 }
@@ -81,10 +79,11 @@ fn seen(kind: &KindRef, mut o: DynamicObject) -> Option<Seen> {
     let oref = ObjectRef::new(kind, o.metadata.namespace.as_deref().filter(|n| !n.is_empty()), name);
     // Written out once as it arrives; a reconcile's read is then a copy of this text.
     let text = serde_json::to_string(&o).ok()?.into_boxed_str();
-    let uid = o.metadata.uid.map(String::into_boxed_str);
-    let object = Arc::new(Cached { text, labels: o.metadata.labels.unwrap_or_default(), uid });
-    let (owners, resource_version) = (o.metadata.owner_references.unwrap_or_default(), o.metadata.resource_version);
-    Some(Seen { oref, owners, resource_version, object })
+    let meta = o.metadata;
+    let (uid, resource_version) =
+        (meta.uid.map(String::into_boxed_str), meta.resource_version.map(String::into_boxed_str));
+    let object = Arc::new(Cached { text, labels: meta.labels.unwrap_or_default(), uid, resource_version });
+    Some(Seen { oref, owners: meta.owner_references.unwrap_or_default(), object })
 }
 
 /// The streams for `m`'s primary, owned and watched kinds, made with `kube` (the

@@ -17,10 +17,25 @@
 //! against each plugin's RBAC, which the host cannot see; per-plugin watches let the
 //! apiserver decide, at the cost of a watch per plugin and kind.
 //!
-//! Caveat: cached reads may lag the plugin's own writes by one watch event (no
-//! read-your-writes), exactly as in controller-runtime; updates still carry
-//! resourceVersion, so a stale read ends in a `conflict` (or, for a create after a
-//! stale "not found", `already-exists`), never in a lost write.
+//! Read-your-writes, for the object a reconcile is of: when the reconcile updates it
+//! (or its status) and the cache still holds it at the resourceVersion that write
+//! carried, the apiserver's answer replaces it at once ([`KindCache::advance`]), so
+//! the next reconcile of that object reads what the last one wrote even before the
+//! write's watch event arrives. Why it is safe without comparing resourceVersions
+//! (which are opaque): a write carrying `from` succeeded, so the answer is the state
+//! that directly follows `from`; a cache still at `from` has seen nothing newer, and
+//! every later event replaces the answer as it would have replaced `from`. Why only
+//! that object: at 1,000 Memcacheds, 1.19 status updates per Memcached were refused
+//! for a stale primary (a reconcile queued by a Pod or Deployment event before its
+//! previous status came back), each a failed reconcile and a retry (BENCHMARKS.md,
+//! issue 22); and an owned or watched object advanced this way would hide a label
+//! change from the selector mapping, which compares an event's labels with the
+//! cache's.
+//!
+//! Caveat: other cached reads may lag the plugin's own writes by one watch event, as
+//! in controller-runtime; updates still carry resourceVersion, so a stale read ends in
+//! a `conflict` (or, for a create after a stale "not found", `already-exists`), never
+//! in a lost write.
 
 use super::{Error, KindRef, ListParams, ObjectRef};
 use std::collections::{BTreeMap, HashMap};
@@ -30,9 +45,9 @@ use wasmop_sdk::helpers::LabelSelector;
 /// An object's labels.
 pub type Labels = BTreeMap<String, String>;
 
-/// One object as a cache keeps it: the JSON text a plugin reads, and the two parts the
-/// host reads itself (labels, to answer selector lists and map watched objects to
-/// primaries; the uid, for Events).
+/// One object as a cache keeps it: the JSON text a plugin reads, and the parts the host
+/// reads itself (labels, to answer selector lists and map watched objects to primaries;
+/// the uid, for Events; the resourceVersion, to tell states apart).
 ///
 /// Why text and not a `serde_json::Value`: text is what crosses into the plugin, so a
 /// read is a copy, not a serialization, and a list is its objects' texts joined; and
@@ -46,12 +61,12 @@ pub struct Cached {
     pub text: Box<str>,
     pub labels: Labels,
     pub uid: Option<Box<str>>,
+    pub resource_version: Option<Box<str>>,
 }
 
 impl Cached {
-    /// The cache's form of `object` (its labels and uid read from it), for tests: the
-    /// host builds its entries from the typed objects its watches decode.
-    #[cfg(test)]
+    /// The cache's form of `object`, an answer of the apiserver (watches build theirs
+    /// from the typed objects they decode, `controllers::watches`).
     pub fn of(object: &serde_json::Value) -> Self {
         let meta = object.get("metadata");
         let labels = meta
@@ -59,8 +74,13 @@ impl Cached {
             .and_then(|l| l.as_object())
             .map(|l| l.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
             .unwrap_or_default();
-        let uid = meta.and_then(|m| m.get("uid")).and_then(|u| u.as_str()).map(Into::into);
-        Cached { text: object.to_string().into(), labels, uid }
+        let field = |f: &str| meta.and_then(|m| m.get(f)).and_then(|u| u.as_str()).map(Into::into);
+        Cached {
+            text: object.to_string().into(),
+            labels,
+            uid: field("uid"),
+            resource_version: field("resourceVersion"),
+        }
     }
 }
 
@@ -98,6 +118,27 @@ impl KindCache {
             Some(c) => Ok(c.text.to_string()),
             None => Err(Error::NotFound(format!("{r} not found"))),
         })
+    }
+
+    /// Read-your-writes (see the module's doc): `r` was written from its state at
+    /// resourceVersion `from` and the apiserver answered `written`. If the cache still
+    /// holds `r` at `from`, it holds `written` from now on; otherwise (a newer event
+    /// came first, or `r` is gone or not cached) nothing changes. Whether it changed.
+    pub fn advance(&self, r: &ObjectRef, from: &str, written: &serde_json::Value) -> bool {
+        if r.kind_ref() != self.kind || !self.covers(r.namespace.as_deref()) {
+            return false;
+        }
+        let mut objects = self.objects.lock().unwrap();
+        let Some(entry) = objects.get_mut(r) else { return false };
+        if entry.resource_version.as_deref() != Some(from) {
+            return false;
+        }
+        let next = Cached::of(written);
+        if next.resource_version.is_none() {
+            return false;
+        }
+        *entry = Arc::new(next);
+        true
     }
 
     /// The uid of `r` when the cache holds it: what an Event needs to be found by
@@ -170,6 +211,11 @@ impl PluginCache {
         self.of(&r.kind_ref(), r.namespace.as_deref())?.uid(r)
     }
 
+    /// Read-your-writes for `r` (see [`KindCache::advance`]).
+    pub fn advance(&self, r: &ObjectRef, from: &str, written: &serde_json::Value) -> bool {
+        self.of(&r.kind_ref(), r.namespace.as_deref()).is_some_and(|c| c.advance(r, from, written))
+    }
+
     /// Some(answer) when a cache can answer this list (see [`KindCache::list_text`]).
     pub fn list_text(&self, kind: &KindRef, p: &ListParams) -> Option<Result<String, Error>> {
         self.of(kind, p.namespace.as_deref())?.list_text(kind, p)
@@ -198,100 +244,5 @@ impl Caches {
     /// identity changed, its old controller's cache (still draining) serves nobody.
     pub fn get(&self, plugin: &str, identity: Option<&super::Identity>) -> Option<Arc<PluginCache>> {
         self.0.read().unwrap().get(plugin).filter(|c| c.identity.as_ref() == identity).cloned()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{Value, json};
-
-    fn cached(v: Value) -> Arc<Cached> {
-        Arc::new(Cached::of(&v))
-    }
-
-    fn parsed(text: &str) -> Value {
-        serde_json::from_str(text).unwrap()
-    }
-
-    #[test]
-    fn answers_only_what_it_covers() {
-        let kind = KindRef::new("v1", "ConfigMap");
-        let objects: ObjectCache = Arc::default();
-        let a = ObjectRef::new(&kind, Some("a"), "x");
-        objects
-            .lock()
-            .unwrap()
-            .insert(a.clone(), cached(json!({"metadata": {"name": "x", "uid": "u-1", "labels": {"k": "v"}}})));
-        let c = KindCache::new(kind.clone(), Some(vec!["a".into()]), objects.clone());
-        assert_eq!(parsed(&c.get(&a).unwrap().unwrap())["metadata"]["labels"]["k"], "v");
-        assert!(matches!(c.get(&ObjectRef::new(&kind, Some("a"), "y")), Some(Err(Error::NotFound(_)))));
-        assert!(c.get(&ObjectRef::new(&kind, Some("b"), "x")).is_none(), "namespace not watched: ask the apiserver");
-        assert!(c.get(&ObjectRef::new(&KindRef::new("v1", "Secret"), Some("a"), "x")).is_none());
-        // Events on a cached object find its uid without a GET.
-        assert_eq!(c.uid(&a).as_deref(), Some("u-1"));
-        assert_eq!(c.uid(&ObjectRef::new(&kind, Some("a"), "y")), None);
-        assert_eq!(c.uid(&ObjectRef::new(&kind, Some("b"), "x")), None);
-        let p = |ns: Option<&str>, sel: Option<&str>| ListParams {
-            namespace: ns.map(Into::into),
-            label_selector: sel.map(Into::into),
-            field_selector: None,
-        };
-        let text = |sel: Option<&str>| c.list_text(&kind, &p(Some("a"), sel)).unwrap().unwrap();
-        assert_eq!(parsed(&text(Some("k=v"))).as_array().unwrap().len(), 1);
-        assert_eq!(text(Some("k=w")), "[]");
-        assert!(matches!(c.list_text(&kind, &p(Some("a"), Some("k in ("))), Some(Err(Error::Invalid(_)))));
-        assert!(c.list_text(&kind, &p(None, None)).is_none(), "all namespaces, but only `a` is watched");
-
-        // Several objects: a JSON array in name order, whatever the map's order.
-        for n in ["c", "b"] {
-            let r = ObjectRef::new(&kind, Some("a"), n);
-            objects.lock().unwrap().insert(r, cached(json!({"metadata": {"name": n, "labels": {"k": "v"}}})));
-        }
-        let names: Vec<Value> =
-            parsed(&text(Some("k=v"))).as_array().unwrap().iter().map(|o| o["metadata"]["name"].clone()).collect();
-        assert_eq!(names, [json!("b"), json!("c"), json!("x")]);
-        for n in ["c", "b"] {
-            objects.lock().unwrap().remove(&ObjectRef::new(&kind, Some("a"), n));
-        }
-        let first = text(None);
-        assert_eq!(parsed(&first)[0]["metadata"]["uid"], "u-1");
-        assert_eq!(text(None), first, "the same objects, the same text");
-        objects.lock().unwrap().insert(a.clone(), cached(json!({"metadata": {"name": "x", "uid": "u-2"}})));
-        assert_eq!(parsed(&text(None))[0]["metadata"]["uid"], "u-2", "changed object");
-        objects.lock().unwrap().remove(&a);
-        assert_eq!(text(None), "[]", "deleted object");
-        assert!(c.list_text(&kind, &p(None, None)).is_none());
-    }
-
-    #[test]
-    fn a_plugin_cache_answers_each_watched_kind_from_its_own_cache() {
-        let (mc, dep) =
-            (KindRef::new("cache.example.com/v1alpha1", "Memcached"), KindRef::new("apps/v1", "Deployment"));
-        let filled = |kind: &KindRef, name: &str| {
-            let objects: ObjectCache = Arc::default();
-            let r = ObjectRef::new(kind, Some("a"), name);
-            objects.lock().unwrap().insert(r, cached(json!({"kind": kind.kind, "metadata": {"name": name}})));
-            objects
-        };
-        let c = PluginCache::new(
-            None,
-            vec![
-                KindCache::new(mc.clone(), None, filled(&mc, "m")),
-                KindCache::new(dep.clone(), Some(vec!["a".into()]), filled(&dep, "d")),
-            ],
-        );
-        assert_eq!(parsed(&c.get(&ObjectRef::new(&dep, Some("a"), "d")).unwrap().unwrap())["kind"], "Deployment");
-        assert_eq!(parsed(&c.get(&ObjectRef::new(&mc, Some("a"), "m")).unwrap().unwrap())["kind"], "Memcached");
-        // Not found in a watched kind is an answer (a create follows); elsewhere, no answer.
-        assert!(matches!(c.get(&ObjectRef::new(&dep, Some("a"), "m")), Some(Err(Error::NotFound(_)))));
-        assert!(c.get(&ObjectRef::new(&dep, Some("b"), "d")).is_none());
-        assert!(c.get(&ObjectRef::new(&KindRef::new("v1", "Pod"), Some("a"), "d")).is_none());
-        let all = ListParams::default();
-        assert!(c.list_text(&dep, &all).is_none(), "all namespaces, but Deployments only in `a`");
-        let text = c.list_text(&mc, &all).unwrap().unwrap();
-        assert_eq!(parsed(&text)[0]["metadata"]["name"], "m");
-        let fields = ListParams { field_selector: Some("metadata.name=m".into()), ..ListParams::default() };
-        assert!(c.list_text(&mc, &fields).is_none(), "field selectors are the apiserver's");
     }
 }

@@ -8,6 +8,8 @@
 //! Nothing here knows about wasm.
 
 mod cache;
+#[cfg(test)]
+mod cache_tests;
 mod error;
 mod events;
 mod identity;
@@ -100,8 +102,9 @@ pub struct Gateway {
     /// Whether the last cluster call ended in `conflict` (see [`Gateway::ended_in_conflict`]).
     conflict: Arc<AtomicBool>,
     cache: Option<Arc<PluginCache>>,
-    /// The object this gateway's reconcile is of, and where its writes to it are recorded.
-    own: Option<(ObjectRef, Arc<OwnWrites>)>,
+    /// The object this gateway's reconcile is of (see [`Gateway::reconciling`]).
+    reconciled: Option<ObjectRef>,
+    own: Option<Arc<OwnWrites>>,
 }
 
 impl Gateway {
@@ -113,22 +116,33 @@ impl Gateway {
             denied: Arc::default(),
             conflict: Arc::default(),
             cache: None,
+            reconciled: None,
             own: None,
         }
     }
 
-    /// Records in `own` the resourceVersion of each write to `key` (see [`OwnWrites`]).
-    pub fn with_own_writes(mut self, key: ObjectRef, own: Arc<OwnWrites>) -> Self {
-        self.own = Some((key, own));
+    /// This gateway serves a reconcile of `key`. Each update (or status update) of
+    /// `key` that the apiserver accepts then advances the cache's `key` to the answer
+    /// (read-your-writes, see [`KindCache::advance`]), and, when `own` is given (the
+    /// plugin skips its own writes), its resourceVersion is recorded there (see
+    /// [`OwnWrites`]).
+    pub fn reconciling(mut self, key: ObjectRef, own: Option<Arc<OwnWrites>>) -> Self {
+        self.reconciled = Some(key);
+        self.own = own;
         self
     }
 
-    /// `written` (the apiserver's answer to a write of `r`) is the reconciled object's.
-    fn own_write(&self, r: &ObjectRef, written: &Result<Value, Error>) {
-        if let (Some((key, own)), Ok(v)) = (&self.own, written)
-            && key == r
-            && let Some(rv) = v.pointer("/metadata/resourceVersion").and_then(Value::as_str)
-        {
+    /// `written` is the apiserver's answer to a write of `r` that carried resourceVersion
+    /// `from`: news for the cache and `own` when `r` is the reconciled object.
+    fn own_write(&self, r: &ObjectRef, from: Option<&str>, written: &Result<Value, Error>) {
+        let (Some(key), Ok(v)) = (&self.reconciled, written) else { return };
+        if key != r {
+            return;
+        }
+        if let (Some(cache), Some(from)) = (&self.cache, from) {
+            cache.advance(key, from, v);
+        }
+        if let (Some(own), Some(rv)) = (&self.own, v.pointer("/metadata/resourceVersion").and_then(Value::as_str)) {
             own.record(key, rv);
         }
     }
@@ -227,16 +241,18 @@ impl Gateway {
     pub async fn update(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
         self.check(&r.kind_ref(), Verb::Update, r.namespace.as_deref()).await?;
+        let from = resource_version(&object);
         let written = self.backend.update(object).await;
-        self.own_write(&r, &written);
+        self.own_write(&r, from.as_deref(), &written);
         self.counted(Verb::Update, written)
     }
 
     pub async fn update_status(&self, object: Value) -> Result<Value, Error> {
         let r = object_ref(&object)?;
         self.check(&r.kind_ref(), Verb::UpdateStatus, r.namespace.as_deref()).await?;
+        let from = resource_version(&object);
         let written = self.backend.update_status(object).await;
-        self.own_write(&r, &written);
+        self.own_write(&r, from.as_deref(), &written);
         self.counted(Verb::UpdateStatus, written)
     }
 
@@ -321,6 +337,11 @@ pub fn object_ref(object: &Value) -> Result<ObjectRef, Error> {
 }
 
 /// A list as the JSON text of an array, as plugins get it (from the cache or the backend).
+/// The resourceVersion a write carries (its precondition), if any.
+fn resource_version(object: &Value) -> Option<String> {
+    object.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_owned)
+}
+
 fn list_text<T: serde::Serialize>(items: &[T]) -> Result<String, Error> {
     serde_json::to_string(items).map_err(|e| Error::Internal(format!("list: {e}")))
 }

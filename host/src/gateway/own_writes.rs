@@ -139,8 +139,8 @@ mod tests {
         p.allow(&cm, &[Verb::Create, Verb::Update, Verb::UpdateStatus]);
         let own = Arc::new(OwnWrites::default());
         let me = ObjectRef::new(&cm, Some("d"), "a");
-        let g =
-            Gateway::new("t", Arc::new(p), Arc::new(MemoryBackend::default())).with_own_writes(me.clone(), own.clone());
+        let g = Gateway::new("t", Arc::new(p), Arc::new(MemoryBackend::default()))
+            .reconciling(me.clone(), Some(own.clone()));
         let object =
             |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "d"}});
         let rv = |v: &Value| v["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
