@@ -128,13 +128,14 @@ impl KindCache {
         if r.kind_ref() != self.kind || !self.covers(r.namespace.as_deref()) {
             return false;
         }
+        // Written out before the lock: the watch's events wait on it.
+        let next = Cached::of(written);
+        if next.resource_version.is_none() {
+            return false;
+        }
         let mut objects = self.objects.lock().unwrap();
         let Some(entry) = objects.get_mut(r) else { return false };
         if entry.resource_version.as_deref() != Some(from) {
-            return false;
-        }
-        let next = Cached::of(written);
-        if next.resource_version.is_none() {
             return false;
         }
         *entry = Arc::new(next);

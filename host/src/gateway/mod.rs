@@ -142,8 +142,8 @@ impl Gateway {
         if let (Some(cache), Some(from)) = (&self.cache, from) {
             cache.advance(key, from, v);
         }
-        if let (Some(own), Some(rv)) = (&self.own, v.pointer("/metadata/resourceVersion").and_then(Value::as_str)) {
-            own.record(key, rv);
+        if let (Some(own), Some(rv)) = (&self.own, resource_version(v)) {
+            own.record(key, &rv);
         }
     }
 
