@@ -133,6 +133,9 @@ def main():
                 h.wait_ready()
                 rss = h.idle_rss()
                 ls = laps(n) if n > 1 else []
+                if n > 1 and not ls:
+                    # A ring that does not go round is a broken benchmark, not a figure.
+                    raise RuntimeError(f"no lap completed with {n} members; host log:\n" + open(h.logpath).read()[-3000:])
             finally:
                 h.stop()
                 cleanup(n)

@@ -12,6 +12,7 @@ use crate::{Cluster, Context, ListParams, Reconciler};
 use crate::{Error, EventType, KindRef, LogLevel, ObjectRef};
 use exports::wasmop::operator::admission as adm;
 use exports::wasmop::operator::own_writes as own;
+use exports::wasmop::operator::reach;
 use exports::wasmop::operator::reconciler as rec;
 use exports::wasmop::operator::selectors as sel;
 use wasmop::operator::{cluster, events, log, types as wt};
@@ -19,6 +20,7 @@ use wasmop::operator::{cluster, events, log, types as wt};
 pub use adm::Guest as AdmissionGuest;
 pub use adm::Handler as WitHandler;
 pub use own::Guest as OwnWritesGuest;
+pub use reach::Guest as ReachGuest;
 pub use rec::Guest as ReconcilerGuest;
 pub use rec::Request as WitRequest;
 pub use rec::{Action as WitAction, PluginManifest as WitManifest, ReconcileError as WitReconcileError};
@@ -149,6 +151,11 @@ pub fn selector_watches<R: Reconciler>(settings: &str) -> Result<Vec<WitSelector
 #[doc(hidden)]
 pub fn skip_own_writes<R: Reconciler>(settings: &str) -> bool {
     R::manifest(settings).is_ok_and(|m| m.skip_own_writes)
+}
+
+#[doc(hidden)]
+pub fn call_namespaces<R: Reconciler>(settings: &str) -> Vec<String> {
+    R::manifest(settings).map(|m| m.call_namespaces).unwrap_or_default()
 }
 
 #[doc(hidden)]

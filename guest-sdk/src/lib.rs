@@ -92,6 +92,11 @@ macro_rules! export_plugin {
                     $crate::guest::skip_own_writes::<$ty>(&settings)
                 }
             }
+            impl $crate::guest::ReachGuest for __WasmopExport {
+                fn call_namespaces(settings: ::std::string::String) -> ::std::vec::Vec<::std::string::String> {
+                    $crate::guest::call_namespaces::<$ty>(&settings)
+                }
+            }
             impl $crate::guest::AdmissionGuest for __WasmopExport {
                 fn handlers(settings: ::std::string::String) -> ::std::vec::Vec<$crate::guest::WitHandler> {
                     $crate::guest::handlers::<$wh>(&settings)

@@ -76,6 +76,9 @@ pub struct Manifest {
     /// export, so hosts without it still run the plugin (reconciling on its own writes).
     #[serde(default, rename = "skipOwnWrites")]
     pub skip_own_writes: bool,
+    /// See [`Manifest::call_namespaces`]. Crosses the contract as the `reach` export.
+    #[serde(default, rename = "callNamespaces", skip_serializing_if = "Vec::is_empty")]
+    pub call_namespaces: Vec<String>,
 }
 
 impl Manifest {
@@ -95,6 +98,7 @@ impl Manifest {
             watches: Vec::new(),
             permissions: Vec::new(),
             skip_own_writes: false,
+            call_namespaces: Vec::new(),
         }
     }
 
@@ -106,6 +110,14 @@ impl Manifest {
     /// Watch only these namespaces (default: all).
     pub fn namespaces<I: IntoIterator<Item = S>, S: Into<String>>(mut self, ns: I) -> Self {
         self.namespaces = ns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// For a plugin limited to [`Self::namespaces`]: namespaces where it may also call
+    /// (its permissions apply there; `wasmop rbac` grants them there) without watching
+    /// them, so reads there go to the apiserver. See the WIT `reach` interface.
+    pub fn call_namespaces<I: IntoIterator<Item = S>, S: Into<String>>(mut self, ns: I) -> Self {
+        self.call_namespaces = ns.into_iter().map(Into::into).collect();
         self
     }
 

@@ -52,8 +52,15 @@ pub fn plugin_rbac(plugin: &str, manifest: &Manifest, account: &Identity, host: 
         comment_safe(&manifest.version),
         comment_safe(&account.to_string())
     )];
-    let namespaces: BTreeSet<&str> = manifest.namespaces.iter().map(String::as_str).collect();
-    let limited = !namespaces.is_empty();
+    let limited = !manifest.namespaces.is_empty();
+    // Where its grants apply: the namespaces it watches and, for a plugin limited to
+    // those, the ones it may call in without watching (the WIT `reach`).
+    let namespaces: BTreeSet<&str> = manifest
+        .namespaces
+        .iter()
+        .chain(manifest.call_namespaces.iter().filter(|_| limited))
+        .map(String::as_str)
+        .collect();
     // (group, resource) -> indices into VERBS.
     let mut grants: BTreeMap<(String, String), BTreeSet<usize>> = BTreeMap::new();
     let (mut skipped, mut invalid) = (Vec::new(), Vec::new());
@@ -310,6 +317,20 @@ mod tests {
         let note = r.comments.iter().find(|c| c.starts_with("# note:")).expect("note");
         assert!(note.contains("v1/Namespace") && note.contains("a, b"), "{note}");
         assert!(to_yaml(&r).unwrap().contains(note.as_str()));
+    }
+
+    #[test]
+    fn call_namespaces_get_the_same_roles_as_watched_ones() {
+        let r = generate(&memcached().namespaces(["a"]).call_namespaces(["c"]));
+        let roles: Vec<_> =
+            of_kind(&r, "Role").into_iter().filter(|d| d["metadata"]["name"] == "wasmop-plugin:memcached").collect();
+        let namespaces: Vec<_> = roles.iter().map(|d| d["metadata"]["namespace"].as_str().unwrap()).collect();
+        assert_eq!(namespaces, ["a", "c"]);
+        assert!(roles.iter().all(|role| granted(role) == memcached_grants()));
+        // A plugin of all namespaces gets its ClusterRole and nothing more.
+        let r = generate(&memcached().call_namespaces(["c"]));
+        assert!(of_kind(&r, "Role").iter().all(|d| d["metadata"]["name"] != "wasmop-plugin:memcached"));
+        assert_eq!(of_kind(&r, "ClusterRole").len(), 1);
     }
 
     #[test]

@@ -232,6 +232,72 @@ fn a_plugin_limited_to_namespaces_reaches_no_cluster_scoped_kind_and_no_other_na
     Ok(())
 }
 
+/// A plugin limited to one namespace may also call in the namespaces its manifest names
+/// for that (the WIT `reach`; the ring benchmark writes into the next ring's namespace
+/// so): there it acts as itself with what `wasmop rbac` granted, watches nothing, and
+/// reaches no further; an admin's allowed-namespaces takes such a namespace away again.
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn a_plugin_calls_in_its_call_namespaces_as_itself_and_nowhere_else() -> Result<()> {
+    let ns = Namespace::new("id-calls");
+    let to = Namespace::new("id-calls-to");
+    let beyond = Namespace::new("id-calls-beyond");
+    let settings = format!("namespace: {}\ncall-namespaces: {}\nallow: v1/ConfigMap=create\n", ns.0, to.0);
+    let host = host_with_probe(&ns.0, &settings, Some(&settings))?;
+    let create = |name: &str, into: &str| {
+        attack(
+            &ns.0,
+            name,
+            &[
+                ("verb", "create"),
+                ("apiVersion", "v1"),
+                ("kind", "ConfigMap"),
+                ("namespace", into),
+                ("name", "from-probe-"),
+            ],
+        )
+    };
+    create("there", &to.0)?;
+    assert_eq!(outcome(&ns.0, "there")?, "ok");
+    create("further", &beyond.0)?;
+    let got = outcome(&ns.0, "further")?;
+    assert!(got.starts_with("forbidden") && got.contains(&format!("namespace {}", beyond.0)), "{got}");
+
+    let log = audit_log();
+    let plugin = user(&ns.0, "probe");
+    let cms = requests(&log, &plugin, "configmaps");
+    let at = |n: &str| cms.iter().filter(|e| e["objectRef"]["namespace"] == n).collect::<Vec<_>>();
+    let there = at(&to.0);
+    assert!(
+        there.iter().any(|e| e["verb"] == "create" && code(e) == 201),
+        "no create as the plugin in {}: {there:?}",
+        to.0
+    );
+    assert!(there.iter().all(|e| e["verb"] == "create"), "only its own create there, nothing watched: {there:?}");
+    assert!(at(&beyond.0).is_empty(), "refused by the host, never sent");
+    let made = get_json(&["configmaps", "-n", &to.0]).unwrap();
+    assert!(
+        made["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["metadata"]["name"].as_str().unwrap().starts_with("from-probe-"))
+    );
+
+    // The admin narrows the plugin to its own namespace: the call namespace goes too.
+    let allowed = format!("wasmop.io/allowed-namespaces={}", ns.0);
+    apply_server_side(&pack_plugin(&plugin_path("probe.wasm"), "probe", "probe", &ns.0, &settings, &[&allowed])?)
+        .map_err(|e| anyhow!(e))?;
+    eventually("the narrowed version serves", WAIT, || {
+        let loaded = host.logs().matches("plugin loaded plugin=probe").count();
+        if loaded >= 2 { Ok(()) } else { bail!("{loaded} versions loaded") }
+    })?;
+    create("narrowed", &to.0)?;
+    let got = outcome(&ns.0, "narrowed")?;
+    assert!(got.starts_with("forbidden") && got.contains(&format!("namespace {}", to.0)), "{got}");
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
 fn events_pass_the_same_check_as_reads_and_cannot_forge_the_hosts() -> Result<()> {

@@ -56,9 +56,10 @@ impl Permissions {
         for perm in &m.permissions {
             p.allow(&perm.kind, &perm.verbs);
         }
-        // A manifest's own namespaces bound its calls, not only its watches.
+        // A manifest's own namespaces bound its calls, not only its watches, with the
+        // namespaces it may call in without watching (the WIT `reach`).
         if !m.namespaces.is_empty() {
-            p.restrict_namespaces(m.namespaces.iter().cloned());
+            p.restrict_namespaces(m.namespaces.iter().chain(&m.call_namespaces).cloned());
         }
         p
     }
@@ -168,6 +169,22 @@ mod tests {
         // update-status is its own verb.
         let mc = KindRef::new("cache.example.com/v1alpha1", "Memcached");
         assert!(p.check(&mc, Verb::UpdateStatus, a).is_err());
+    }
+
+    #[test]
+    fn call_namespaces_extend_where_a_limited_plugin_may_call() {
+        let mut m = manifest().namespaces(["a"]).call_namespaces(["b"]);
+        let p = Permissions::from_manifest(&m);
+        let dep = KindRef::new("apps/v1", "Deployment");
+        assert!(p.check(&dep, Verb::Create, Reach::Namespace("a")).is_ok());
+        assert!(p.check(&dep, Verb::Create, Reach::Namespace("b")).is_ok());
+        let err = p.check(&dep, Verb::Create, Reach::Namespace("c")).unwrap_err();
+        assert!(matches!(err, Error::Forbidden(ref m) if m.contains("namespace c")), "{err}");
+        // Only the manifest's verbs there too.
+        assert!(p.check(&dep, Verb::Delete, Reach::Namespace("b")).is_err());
+        // A plugin of all namespaces may call everywhere already.
+        m.namespaces.clear();
+        assert!(Permissions::from_manifest(&m).check(&dep, Verb::Create, Reach::Namespace("c")).is_ok());
     }
 
     #[test]

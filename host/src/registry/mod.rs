@@ -325,6 +325,7 @@ impl Registry {
 /// namespaces end up sorted, each once, without empty names.
 fn narrow(m: &mut Manifest, n: &Narrowing) -> Result<(), LoadError> {
     tidy(&mut m.namespaces);
+    tidy(&mut m.call_namespaces);
     if let Some(kinds) = &n.kinds {
         let watched = std::iter::once(&m.primary).chain(&m.owns).chain(m.watches.iter().map(|w| &w.kind));
         if let Some(k) = watched.into_iter().find(|k| !kinds.contains(k)) {
@@ -347,7 +348,15 @@ fn narrow(m: &mut Manifest, n: &Narrowing) -> Result<(), LoadError> {
         if m.namespaces.is_empty() {
             return Err(LoadError::Narrowed("none of the plugin's namespaces is in its allowed namespaces".into()));
         }
+        // The operator's narrowing binds these too: the permissions refuse them anyway,
+        // and the manifest the host reports says so.
+        m.call_namespaces.retain(|ns| allowed.contains(ns));
     }
+    // Where it may call without watching: beside namespaces it watches, and only for a
+    // plugin limited to some (one of all namespaces calls everywhere already).
+    let watched = std::mem::take(&mut m.namespaces);
+    m.call_namespaces.retain(|ns| !watched.is_empty() && !watched.contains(ns));
+    m.namespaces = watched;
     Ok(())
 }
 
@@ -453,6 +462,19 @@ mod tests {
         assert_eq!(m.namespaces, ["team-a"], "all namespaces become the allowed ones");
         let mut m = Manifest::for_kind("a", "1", k.clone()).namespaces(["team-b"]);
         assert!(narrow(&mut m, &n).unwrap_err().to_string().contains("none of the plugin's namespaces"));
+        // Namespaces it calls in without watching: only allowed ones, none it watches.
+        let mut m = Manifest::for_kind("a", "1", k.clone()).call_namespaces(["team-b", "team-a", "team-c"]);
+        let both = Narrowing { namespaces: Some(vec!["team-a".into(), "team-b".into()]), kinds: None };
+        narrow(&mut m, &both).unwrap();
+        assert_eq!(m.namespaces, ["team-a", "team-b"]);
+        assert!(m.call_namespaces.is_empty(), "it watches both now");
+        let mut m =
+            Manifest::for_kind("a", "1", k.clone()).namespaces(["team-a"]).call_namespaces(["team-c", "team-b"]);
+        narrow(&mut m, &both).unwrap();
+        assert_eq!(m.call_namespaces, ["team-b"], "team-c is not allowed");
+        let mut m = Manifest::for_kind("a", "1", k.clone()).call_namespaces(["team-b"]);
+        narrow(&mut m, &Narrowing::default()).unwrap();
+        assert!(m.call_namespaces.is_empty(), "a plugin of all namespaces calls everywhere already");
         let mut m = Manifest::for_kind("a", "1", k.clone());
         m.owns.push(KindRef::new("apps/v1", "Deployment"));
         let n = Narrowing { namespaces: None, kinds: Some(vec![k]) };

@@ -18,14 +18,20 @@ pub fn wit_ref(r: &ObjectRef) -> types::ObjectRef {
     }
 }
 
+/// What the optional exports beside `manifest` answered (their defaults for a plugin
+/// without them).
+#[derive(Default)]
+pub struct Extras {
+    /// `own-writes`.
+    pub skip_own_writes: bool,
+    /// `reach`.
+    pub call_namespaces: Vec<String>,
+}
+
 /// The plugin's manifest, with the watches its `selectors` export narrows (each must
-/// name a watch with mapping `all-primaries`, once) and its `own-writes` export's answer.
-pub fn manifest(
-    m: rec::PluginManifest,
-    selectors: Vec<sel::SelectorWatch>,
-    skip_own_writes: bool,
-) -> Result<Manifest, String> {
-    let mut m = Manifest { skip_own_writes, ..plain(m) };
+/// name a watch with mapping `all-primaries`, once) and the other exports' answers.
+pub fn manifest(m: rec::PluginManifest, selectors: Vec<sel::SelectorWatch>, e: Extras) -> Result<Manifest, String> {
+    let mut m = Manifest { skip_own_writes: e.skip_own_writes, call_namespaces: e.call_namespaces, ..plain(m) };
     for s in selectors {
         let k = kind(s.kind);
         let w = m.watches.iter_mut().find(|w| w.kind == k && w.mapping == Mapping::AllPrimaries).ok_or_else(|| {
@@ -79,6 +85,7 @@ fn plain(m: rec::PluginManifest) -> Manifest {
             })
             .collect(),
         skip_own_writes: false,
+        call_namespaces: Vec::new(),
     }
 }
 
@@ -125,23 +132,34 @@ mod tests {
 
     #[test]
     fn a_selector_watch_narrows_the_all_primaries_watch_of_its_kind() {
-        let m = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &["spec", "selector"]), false)
-            .unwrap();
+        let m = manifest(
+            manifest_watching(rec::Mapping::AllPrimaries),
+            selecting("Pod", &["spec", "selector"]),
+            Extras::default(),
+        )
+        .unwrap();
         assert_eq!(m.watches[0].mapping, Mapping::Selector(vec!["spec".into(), "selector".into()]));
-        let m = manifest(manifest_watching(rec::Mapping::AllPrimaries), vec![], false).unwrap();
+        let m = manifest(manifest_watching(rec::Mapping::AllPrimaries), vec![], Extras::default()).unwrap();
         assert!(!m.skip_own_writes);
-        assert!(manifest(manifest_watching(rec::Mapping::AllPrimaries), vec![], true).unwrap().skip_own_writes);
+        assert!(m.call_namespaces.is_empty());
+        let extras = Extras { skip_own_writes: true, call_namespaces: vec!["b".into()] };
+        let with = manifest(manifest_watching(rec::Mapping::AllPrimaries), vec![], extras).unwrap();
+        assert!(with.skip_own_writes);
+        assert_eq!(with.call_namespaces, ["b"]);
         assert_eq!(m.watches[0].mapping, Mapping::AllPrimaries, "a plugin without selectors keeps its mapping");
     }
 
     #[test]
     fn a_selector_watch_for_no_such_watch_or_with_no_path_is_refused_by_name() {
         let e =
-            manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Secret", &["spec"]), false).unwrap_err();
+            manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Secret", &["spec"]), Extras::default())
+                .unwrap_err();
         assert!(e.contains("v1/Secret is not among the manifest's watches"), "{e}");
-        let e = manifest(manifest_watching(rec::Mapping::SameName), selecting("Pod", &["spec"]), false).unwrap_err();
+        let e = manifest(manifest_watching(rec::Mapping::SameName), selecting("Pod", &["spec"]), Extras::default())
+            .unwrap_err();
         assert!(e.contains("v1/Pod is not among the manifest's watches with mapping all-primaries"), "{e}");
-        let e = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &[]), false).unwrap_err();
+        let e = manifest(manifest_watching(rec::Mapping::AllPrimaries), selecting("Pod", &[]), Extras::default())
+            .unwrap_err();
         assert!(e.contains("path is empty"), "{e}");
     }
 }

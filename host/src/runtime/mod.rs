@@ -187,13 +187,15 @@ impl Runtime {
                     Some(x) => x.load(&mut *s, i)?.call_skip_own_writes(&mut *s, settings).await?,
                     None => false,
                 };
-                Ok((m, selectors, skip_own_writes))
+                let call_namespaces = match &code.reach {
+                    Some(x) => x.load(&mut *s, i)?.call_call_namespaces(&mut *s, settings).await?,
+                    None => Vec::new(),
+                };
+                Ok((m, selectors, convert::Extras { skip_own_writes, call_namespaces }))
             })
             .await?;
         match r {
-            (Ok(m), Ok(selectors), skip_own_writes) => {
-                convert::manifest(m, selectors, skip_own_writes).map_err(RuntimeError::Manifest)
-            }
+            (Ok(m), Ok(selectors), extras) => convert::manifest(m, selectors, extras).map_err(RuntimeError::Manifest),
             (Err(e), _, _) => Err(RuntimeError::Manifest(e)),
             (_, Err(e), _) => Err(RuntimeError::Manifest(format!("selector-watches: {e}"))),
         }

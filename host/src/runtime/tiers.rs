@@ -23,6 +23,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::bindings::FullPlugin as PluginBindings;
 use super::bindings::exports::wasmop::operator::admission::GuestIndices as AdmissionIndices;
 use super::bindings::exports::wasmop::operator::own_writes::GuestIndices as OwnWritesIndices;
+use super::bindings::exports::wasmop::operator::reach::GuestIndices as ReachIndices;
 use super::bindings::exports::wasmop::operator::reconciler::GuestIndices as ReconcilerIndices;
 use super::bindings::exports::wasmop::operator::selectors::GuestIndices as SelectorsIndices;
 use super::host::HostState;
@@ -89,7 +90,8 @@ impl Tier {
         let admission = AdmissionIndices::new(&pre).ok();
         let selectors = SelectorsIndices::new(&pre).ok();
         let own_writes = OwnWritesIndices::new(&pre).ok();
-        Ok(Code { pre, reconciler, admission, selectors, own_writes, optimized })
+        let reach = ReachIndices::new(&pre).ok();
+        Ok(Code { pre, reconciler, admission, selectors, own_writes, reach, optimized })
     }
 }
 
@@ -129,6 +131,8 @@ pub(super) struct Code {
     pub selectors: Option<SelectorsIndices>,
     /// None: the plugin's own writes are news to it (it predates the export).
     pub own_writes: Option<OwnWritesIndices>,
+    /// None: the plugin calls only where it watches (it predates the export).
+    pub reach: Option<ReachIndices>,
     pub optimized: bool,
 }
 

@@ -7,13 +7,18 @@
 //!
 //! The settings may declare more than the probe needs (`allow: API_VERSION/KIND=VERB,VERB
 //! ...`), so a test can show what stops a call that the manifest declares but the
-//! cluster admin never granted.
+//! cluster admin never granted, and namespaces beyond its own where it may call
+//! (`call-namespaces: NS ...`).
 
 use std::collections::BTreeMap;
 use wasmop_sdk::{Context, KindRef, ListParams, Manifest, ObjectRef, Verb};
 
-/// `m` with the `allow:` entries of `settings` added.
+/// `m` with the `allow:` entries of `settings` added, and its `call-namespaces: NS ...`
+/// (where it may call without watching).
 pub fn declare(mut m: Manifest, settings: &str) -> Result<Manifest, String> {
+    if let Some(namespaces) = wasmop_sdk::helpers::setting(settings, "call-namespaces") {
+        m = m.call_namespaces(namespaces.split_whitespace());
+    }
     let Some(entries) = wasmop_sdk::helpers::setting(settings, "allow") else { return Ok(m) };
     for entry in entries.split_whitespace() {
         let (kind, verbs) = entry.split_once('=').ok_or_else(|| format!("allow: {entry:?} is not KIND=VERBS"))?;

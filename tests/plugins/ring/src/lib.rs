@@ -2,6 +2,8 @@
 //! settings `namespace: ring-i` and `next: ring-j`, it watches the ConfigMap `ring` in
 //! its namespace and, when its `nonce` changes, writes that nonce into the `ring`
 //! ConfigMap of the next namespace — one unconditional PUT, so a hop costs one write.
+//! It calls in `next` without watching it (`call_namespaces`, the WIT `reach`): a
+//! plugin's namespaces bound its calls as well as its watches.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use wasmop_sdk::helpers::setting;
@@ -12,7 +14,11 @@ pub struct Ring;
 impl Reconciler for Ring {
     fn manifest(settings: &str) -> Result<Manifest, String> {
         let ns = setting(settings, "namespace").ok_or("settings need `namespace: NAME`")?;
-        Ok(Manifest::new::<ConfigMap>("ring", "1.0.0").namespaces([ns]).allow::<ConfigMap>(&[Verb::Update]))
+        let next = setting(settings, "next").ok_or("settings need `next: NAME`")?;
+        Ok(Manifest::new::<ConfigMap>("ring", "1.0.0")
+            .namespaces([ns])
+            .call_namespaces([next])
+            .allow::<ConfigMap>(&[Verb::Update]))
     }
 
     fn reconcile(ctx: &Context<'_>, req: &Request) -> Result<Action, ReconcileError> {
