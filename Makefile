@@ -154,6 +154,7 @@ bench-smoke:
 	scripts/bench-reload.py 1
 	scripts/bench-idle.py 1
 	scripts/bench-selectors.py 2 1 2
+	scripts/bench-rollout.py --quick
 
 clean: demo-down
 	cargo clean

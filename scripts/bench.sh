@@ -61,6 +61,12 @@ out=$(mktemp)
   echo "|---|---|---|---|"
   scripts/bench-selectors.py 20 1 10 100
   echo
+  echo "### SidecarSet injection and in-place rollout"
+  echo
+  echo 'Command: `scripts/bench-rollout.py` (webhooks and controller; fake kubelet reporting in-place restarts; host on core 1, control plane on core 0)'
+  echo
+  scripts/bench-rollout.py
+  echo
   echo "### Hot reload"
   echo
   echo 'Command: `scripts/bench-reload.py 5` (ConfigMap apply → `plugin loaded` in the host log; median of 5, min–max)'
