@@ -54,12 +54,14 @@ pub fn plugin_rbac(plugin: &str, manifest: &Manifest, account: &Identity, host: 
     )];
     let limited = !manifest.namespaces.is_empty();
     // Where its grants apply: the namespaces it watches and, for a plugin limited to
-    // those, the ones it may call in without watching (the WIT `reach`).
+    // those, the ones it may call in without watching (the WIT `reach`). Never an empty
+    // name: that would become a Role in whatever namespace kubectl applies it to.
     let namespaces: BTreeSet<&str> = manifest
         .namespaces
         .iter()
         .chain(manifest.call_namespaces.iter().filter(|_| limited))
         .map(String::as_str)
+        .filter(|n| !n.is_empty())
         .collect();
     // (group, resource) -> indices into VERBS.
     let mut grants: BTreeMap<(String, String), BTreeSet<usize>> = BTreeMap::new();
@@ -321,7 +323,7 @@ mod tests {
 
     #[test]
     fn call_namespaces_get_the_same_roles_as_watched_ones() {
-        let r = generate(&memcached().namespaces(["a"]).call_namespaces(["c"]));
+        let r = generate(&memcached().namespaces(["a"]).call_namespaces(["c", ""]));
         let roles: Vec<_> =
             of_kind(&r, "Role").into_iter().filter(|d| d["metadata"]["name"] == "wasmop-plugin:memcached").collect();
         let namespaces: Vec<_> = roles.iter().map(|d| d["metadata"]["namespace"].as_str().unwrap()).collect();

@@ -295,6 +295,11 @@ fn a_plugin_calls_in_its_call_namespaces_as_itself_and_nowhere_else() -> Result<
     create("narrowed", &to.0)?;
     let got = outcome(&ns.0, "narrowed")?;
     assert!(got.starts_with("forbidden") && got.contains(&format!("namespace {}", to.0)), "{got}");
+    // Refused by the host, though the Role there still grants it: never sent.
+    let log = audit_log();
+    let sent =
+        requests(&log, &plugin, "configmaps").into_iter().filter(|e| e["objectRef"]["namespace"] == to.0.as_str());
+    assert_eq!(sent.count(), there.len(), "a request reached {} after the narrowing", to.0);
     Ok(())
 }
 
@@ -373,8 +378,11 @@ fn review(port: u16, path: &str, request: Value) -> Result<Value> {
 fn admission_reviews_outside_a_handler_or_its_namespaces_never_reach_plugin_code() -> Result<()> {
     let ns = Namespace::new("id-admit");
     let port = free_port();
+    // It may call in `calls` too: that makes no review there the plugin's.
+    let calls = Namespace::new("id-admit-calls");
+    let calls = calls.0.as_str();
     let host = Host::start(
-        &[("probe", &plugin_path("probe.wasm"), &format!("namespace: {}", ns.0))],
+        &[("probe", &plugin_path("probe.wasm"), &format!("namespace: {}\ncall-namespaces: {calls}\n", ns.0))],
         &["--webhooks", "--webhook-bind-address", &format!("127.0.0.1:{port}")],
     )?;
     eventually("webhooks served", WAIT, || {
@@ -400,6 +408,9 @@ fn admission_reviews_outside_a_handler_or_its_namespaces_never_reach_plugin_code
     assert!(m.contains("does not serve this review") && m.contains("not /Secret"), "{r}");
     // A ConfigMap outside the plugin's namespaces (the host's own, say).
     let r = review(port, "/probe/check", req("ConfigMap", "wasmop-system", "deny"))?;
+    let m = r["status"]["message"].as_str().unwrap_or("");
+    assert!(m.contains("outside its allowed namespaces") && !m.contains("the probe denies"), "{r}");
+    let r = review(port, "/probe/check", req("ConfigMap", calls, "deny"))?;
     let m = r["status"]["message"].as_str().unwrap_or("");
     assert!(m.contains("outside its allowed namespaces") && !m.contains("the probe denies"), "{r}");
 

@@ -38,6 +38,10 @@ impl<'a> Reach<'a> {
 pub struct Permissions {
     grants: BTreeMap<KindRef, BTreeSet<Verb>>,
     namespaces: Option<BTreeSet<String>>,
+    /// Beyond `namespaces`, where calls (and Events) may also land: the manifest's call
+    /// namespaces (the WIT `reach`). Never where reviews or watches may: the plugin
+    /// declared calls there, nothing more.
+    call_namespaces: BTreeSet<String>,
     /// The operator's allowed kinds, as (group, kind): what admission reviews check.
     kinds: Option<BTreeSet<(String, String)>>,
 }
@@ -56,10 +60,11 @@ impl Permissions {
         for perm in &m.permissions {
             p.allow(&perm.kind, &perm.verbs);
         }
-        // A manifest's own namespaces bound its calls, not only its watches, with the
-        // namespaces it may call in without watching (the WIT `reach`).
+        // A manifest's own namespaces bound its calls, not only its watches; its calls
+        // may also land in the namespaces it names for them (the WIT `reach`).
         if !m.namespaces.is_empty() {
-            p.restrict_namespaces(m.namespaces.iter().chain(&m.call_namespaces).cloned());
+            p.restrict_namespaces(m.namespaces.iter().cloned());
+            p.call_namespaces = m.call_namespaces.iter().filter(|n| !n.is_empty()).cloned().collect();
         }
         p
     }
@@ -72,6 +77,7 @@ impl Permissions {
     /// twice keeps what both allow.
     pub fn restrict_namespaces(&mut self, namespaces: impl IntoIterator<Item = String>) {
         let new: BTreeSet<String> = namespaces.into_iter().collect();
+        self.call_namespaces.retain(|n| new.contains(n));
         self.namespaces = Some(match self.namespaces.take() {
             Some(old) => old.intersection(&new).cloned().collect(),
             None => new,
@@ -102,7 +108,7 @@ impl Permissions {
                 verb.as_str()
             )));
         }
-        self.within(|| format!("{} {kind}", verb.as_str()), reach)
+        self.within(|| format!("{} {kind}", verb.as_str()), reach, &self.call_namespaces)
     }
 
     /// Whether an admission review of an object of `kind` (by group and kind, as a
@@ -114,16 +120,17 @@ impl Permissions {
         {
             return Err(Error::Forbidden(format!("plugin may not review {group}/{kind}: outside its allowed kinds")));
         }
-        self.within(|| format!("review {group}/{kind}"), reach)
+        self.within(|| format!("review {group}/{kind}"), reach, &BTreeSet::new())
     }
 
-    /// `what` is only written out for a refusal: this runs on every call.
-    fn within(&self, what: impl Fn() -> String, reach: Reach<'_>) -> Result<(), Error> {
+    /// `what` is only written out for a refusal: this runs on every call. `also`: the
+    /// namespaces beyond the plugin's own that this kind of request may land in.
+    fn within(&self, what: impl Fn() -> String, reach: Reach<'_>, also: &BTreeSet<String>) -> Result<(), Error> {
         let Some(allowed) = &self.namespaces else { return Ok(()) };
         let what = what();
         let list = || allowed.iter().cloned().collect::<Vec<_>>().join(",");
         match reach {
-            Reach::Namespace(ns) if allowed.contains(ns) => Ok(()),
+            Reach::Namespace(ns) if allowed.contains(ns) || also.contains(ns) => Ok(()),
             Reach::Namespace(ns) => Err(Error::Forbidden(format!(
                 "plugin may not {what} in namespace {ns}: outside its allowed namespaces"
             ))),
@@ -182,6 +189,14 @@ mod tests {
         assert!(matches!(err, Error::Forbidden(ref m) if m.contains("namespace c")), "{err}");
         // Only the manifest's verbs there too.
         assert!(p.check(&dep, Verb::Delete, Reach::Namespace("b")).is_err());
+        // Calls only: an admission review of an object there is not the plugin's.
+        assert!(p.check_review("apps", "Deployment", Reach::Namespace("a")).is_ok());
+        let err = p.check_review("apps", "Deployment", Reach::Namespace("b")).unwrap_err();
+        assert!(matches!(err, Error::Forbidden(ref m) if m.contains("namespace b")), "{err}");
+        // An operator's narrowing takes it away like the plugin's own namespaces.
+        let mut narrowed = p.clone();
+        narrowed.restrict_namespaces(["a".to_string()]);
+        assert!(narrowed.check(&dep, Verb::Create, Reach::Namespace("b")).is_err());
         // A plugin of all namespaces may call everywhere already.
         m.namespaces.clear();
         assert!(Permissions::from_manifest(&m).check(&dep, Verb::Create, Reach::Namespace("c")).is_ok());

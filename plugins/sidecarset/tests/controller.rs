@@ -114,6 +114,34 @@ fn rolling_update_respects_max_unavailable_and_partition() {
     assert_eq!((s["matchedPods"].as_i64(), s["updatedPods"].as_i64()), (Some(4), Some(3)));
 }
 
+/// A large rollout goes in steps that each end well inside the host's deadline, with one
+/// Event per step (not one per Pod, which would flood the call's Event budget).
+#[test]
+fn a_large_rollout_goes_in_steps_of_bounded_work_with_one_event_each() {
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"maxUnavailable": "100%"}), 250);
+    for i in 0..250 {
+        kubelet(&fake, &format!("p{i}"));
+    }
+    change_image(&fake, "busybox:1.37");
+    let new = |fake: &FakeCluster| sidecar_images(fake).iter().filter(|i| *i == "busybox:1.37").count();
+    let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
+    let action = SidecarSetController::reconcile(&Context::new(&fake), &req).unwrap();
+    assert_eq!(new(&fake), 200, "one step updates at most 200 Pods");
+    assert_eq!(action.requeue_after, Some(std::time::Duration::from_secs(1)), "and asks for the next");
+    let events: Vec<String> =
+        fake.events().into_iter().filter(|e| e.reason == "SidecarUpdated").map(|e| e.message).collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].starts_with("updated sidecar images of 200 Pods: demo/") && events[0].ends_with("and 190 more"),
+        "{}",
+        events[0]
+    );
+    let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
+    let action = SidecarSetController::reconcile(&Context::new(&fake), &req).unwrap();
+    assert_eq!((new(&fake), action.requeue_after), (250, None), "the rest, and done");
+}
+
 #[test]
 fn not_update_and_paused_leave_pods_alone() {
     for strategy in [json!({"type": "NotUpdate"}), json!({"paused": true})] {
