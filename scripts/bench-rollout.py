@@ -28,7 +28,7 @@ target/cluster (KUBECONFIG overrides it). Prints a Markdown table."""
 
 import http.client, json, os, queue, socket, ssl, subprocess, sys, tempfile, threading, time, urllib.parse
 
-from benchlib import ENV, HOST, ROOT, build, control_plane_on, cpu_seconds, grant_dir, kubectl, wait_ready
+from benchlib import ENV, HOST, ROOT, build, control_plane_on, cpu_seconds, kubectl, plugins_dir_with, wait_ready
 
 QUICK = "--quick" in sys.argv
 ARGS = [a for a in sys.argv[1:] if a != "--quick"]
@@ -253,10 +253,7 @@ def run(api, n, sets):
     room_for(n)
     kubectl("create", "namespace", NS)
     with tempfile.TemporaryDirectory() as tmp:
-        plugins = os.path.join(tmp, "plugins")
-        os.mkdir(plugins)
-        subprocess.run(["cp", PLUGIN, os.path.join(plugins, "sidecarset.wasm")], check=True)
-        identity = grant_dir(plugins)
+        plugins, identity = plugins_dir_with(tmp, PLUGIN, "sidecarset")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]

@@ -14,7 +14,7 @@ WASMOP_BENCH_PLUGIN=PATH: another sidecarset.wasm (an A/B of two plugin builds).
 
 import json, os, re, subprocess, sys, tempfile, time, urllib.request
 
-from benchlib import ENV, HOST, ROOT, build, grant_dir, kubectl, wait_ready
+from benchlib import ENV, HOST, ROOT, build, kubectl, plugins_dir_with, wait_ready
 
 PODS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 SETS = [int(a) for a in sys.argv[2:]] or [1, 10, 100]
@@ -72,10 +72,7 @@ def run(sets):
     kubectl("delete", "namespace", NS, "--wait=true", check=False)
     kubectl("create", "namespace", NS)
     with tempfile.TemporaryDirectory() as tmp:
-        plugins = os.path.join(tmp, "plugins")
-        os.mkdir(plugins)
-        subprocess.run(["cp", PLUGIN, os.path.join(plugins, "sidecarset.wasm")], check=True)
-        identity = grant_dir(plugins)
+        plugins, identity = plugins_dir_with(tmp, PLUGIN, "sidecarset")
         log = os.path.join(tmp, "host.log")
         host = subprocess.Popen([HOST, "run", "--plugins-dir", plugins, *identity, "--metrics-bind-address", "127.0.0.1:0"],
                                 env=dict(ENV, WASMOP_LOG="warn,wasmop::cli=info"), stdout=open(log, "w"), stderr=subprocess.STDOUT)

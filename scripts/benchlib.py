@@ -6,7 +6,7 @@ WASMOP_BENCH_PROFILE picks the cargo profile: `bench` (default: what `cargo benc
 uses, optimized) for figures, `dev` for `make bench-smoke`, which only proves the
 harnesses still run and so reuses the debug build the tests made."""
 
-import contextlib, os, subprocess, time, urllib.request
+import contextlib, os, shutil, subprocess, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -72,6 +72,15 @@ def grant_dir(plugins_dir, namespace=ACCOUNTS):
             name = f[: -len(".wasm")]
             grant(os.path.join(plugins_dir, f), name, os.path.join(plugins_dir, f"{name}.settings.yaml"), namespace)
     return ["--plugins-dir-service-account-namespace", namespace]
+
+
+def plugins_dir_with(tmp, wasm, name):
+    """A --plugins-dir in `tmp` holding `wasm` as plugin `name`, granted: (the dir, the
+    host flags that go with it)."""
+    plugins = os.path.join(tmp, "plugins")
+    os.mkdir(plugins)
+    shutil.copy(wasm, os.path.join(plugins, f"{name}.wasm"))
+    return plugins, grant_dir(plugins)
 
 
 def control_plane_pids():

@@ -354,9 +354,7 @@ fn narrow(m: &mut Manifest, n: &Narrowing) -> Result<(), LoadError> {
     }
     // Where it may call without watching: beside namespaces it watches, and only for a
     // plugin limited to some (one of all namespaces calls everywhere already).
-    let watched = std::mem::take(&mut m.namespaces);
-    m.call_namespaces.retain(|ns| !watched.is_empty() && !watched.contains(ns));
-    m.namespaces = watched;
+    m.call_namespaces.retain(|ns| !m.namespaces.is_empty() && !m.namespaces.contains(ns));
     Ok(())
 }
 

@@ -108,14 +108,15 @@ impl Reconciler for SidecarSetController {
             if partition_left <= 0 {
                 break;
             }
-            if ready(p) && availability_left <= 0 {
+            let costs_availability = ready(p);
+            if costs_availability && availability_left <= 0 {
                 continue;
             }
             if done.len() == PODS_PER_RECONCILE {
                 more = true;
                 break;
             }
-            if ready(p) {
+            if costs_availability {
                 availability_left -= 1;
             }
             let mut pod = (*p).clone();
