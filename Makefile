@@ -21,7 +21,7 @@ TEST_PLUGINS := probe hostile ring
 # each build their own kube, wasmtime and host: twice the time, and CI's disk ran out.
 E2E_TESTS := $(patsubst tests/tests/%.rs,--test %,$(wildcard tests/tests/*.rs))
 
-.PHONY: all setup tools build plugins demo-plugins host deploy-manifests deploy-plugins deploy-rbac bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
+.PHONY: all setup tools build engines plugins demo-plugins host deploy-manifests deploy-plugins deploy-rbac bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
 
 all: build
 
@@ -41,8 +41,23 @@ tools: setup
 host: setup
 	cargo build --workspace --bins
 
+## The JavaScript engine every script plugin runs on (target/plugins/wasmop-js-engine.wasm,
+## found there by the host built in target/), and the script plugins beside it. Built
+## from engines/js/Cargo.lock with --locked: crates.io packages only, the same
+## versions on every machine; the host logs the engine's sha256 when it loads it.
+ENGINE_SOURCES := $(shell find engines/js -type f -not -path '*/target/*') $(wildcard wit/*.wit)
+SCRIPT_PLUGINS := memcached-js
+engines: setup $(WASM_OUT)/wasmop-js-engine.wasm
+	@for p in $(SCRIPT_PLUGINS); do cp plugins/$$p/$$p.js $(WASM_OUT)/$$p.js; done
+
+$(WASM_OUT)/wasmop-js-engine.wasm: $(ENGINE_SOURCES) | setup
+	@mkdir -p $(WASM_OUT)
+	cd engines/js && CARGO_TARGET_DIR=$(ROOT)/target/engine cargo build --release --locked --target wasm32-wasip2
+	@cp $(ROOT)/target/engine/wasm32-wasip2/release/wasmop_js_engine.wasm $@
+	@sha256sum $@
+
 ## Plugins as wasm32-wasip2 components, copied to target/plugins/NAME.wasm.
-plugins: setup $(WASM_OUT)/memcached-v2.wasm
+plugins: setup engines $(WASM_OUT)/memcached-v2.wasm
 	@mkdir -p $(WASM_OUT)
 	cargo build --release --target wasm32-wasip2 -p probe --features v2
 	@cp $(TARGET_DIR)/wasm32-wasip2/release/probe.wasm $(WASM_OUT)/probe-v2.wasm
@@ -117,6 +132,8 @@ lint: setup
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --target wasm32-wasip2 $(foreach p,$(PLUGINS) $(TEST_PLUGINS),-p $(p)) -- -D warnings
+	cd engines/js && cargo fmt -- --check && \
+		CARGO_TARGET_DIR=$(ROOT)/target/engine cargo clippy --locked --target wasm32-wasip2 -- -D warnings
 
 unit: setup
 	cargo test --workspace

@@ -229,7 +229,9 @@ impl Host {
         std::fs::create_dir_all(&plugins_dir)?;
         for (name, path, settings) in plugins {
             grant(path, name, settings, DIR_PLUGIN_ACCOUNTS)?;
-            std::fs::copy(path, plugins_dir.join(format!("{name}.wasm")))
+            // A script plugin keeps its extension: the host tells the formats apart by it.
+            let ext = if path.extension().is_some_and(|e| e == "js") { "js" } else { "wasm" };
+            std::fs::copy(path, plugins_dir.join(format!("{name}.{ext}")))
                 .with_context(|| format!("copy {}", path.display()))?;
             if !settings.is_empty() {
                 std::fs::write(plugins_dir.join(format!("{name}.settings.yaml")), settings)?;

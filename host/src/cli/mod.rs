@@ -54,7 +54,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Reads a plugin file (gunzipping it if needed) and compiles it with a small runtime.
+/// Reads a plugin file (gunzipping it if needed) and compiles it with a small runtime:
+/// a component, or a script (`.js`) on the JavaScript engine.
 pub(crate) async fn load(
     path: &std::path::Path,
 ) -> anyhow::Result<(std::sync::Arc<wasmop::runtime::Runtime>, wasmop::runtime::Compiled, Vec<u8>)> {
@@ -67,9 +68,11 @@ pub(crate) async fn load(
         compiler: wasmop::runtime::Compiler::Baseline,
         ..Default::default()
     })?);
+    let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let (name, format) = wasmop::runtime::Format::of_key(file).unwrap_or(("plugin", Default::default()));
     let compiled = {
-        let (rt, b) = (rt.clone(), bytes.clone());
-        tokio::task::spawn_blocking(move || rt.compile(&b)).await??
+        let (rt, b, name) = (rt.clone(), bytes.clone(), name.to_owned());
+        tokio::task::spawn_blocking(move || rt.compile_as(format, &name, &b)).await??
     };
     Ok((rt, compiled, bytes))
 }

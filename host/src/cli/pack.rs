@@ -19,7 +19,8 @@ pub enum Gzip {
 
 #[derive(clap::Args)]
 pub struct PackArgs {
-    /// Plugin files; each becomes the key NAME.wasm (or NAME.wasm.gz), NAME from the file name.
+    /// Plugin files; each becomes the key NAME.wasm (or NAME.wasm.gz), NAME from the file
+    /// name; a script plugin NAME.js stays text under `data`, so `kubectl edit` shows it.
     #[arg(required = true)]
     plugins: Vec<PathBuf>,
     /// The ConfigMap's name.
@@ -47,24 +48,34 @@ fn gz(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
 
 pub fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     let mut plugins = Vec::new();
+    let mut scripts = std::collections::BTreeMap::new();
     for path in &args.plugins {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if let Some(name) = file.strip_suffix(".js").filter(|n| !n.is_empty()) {
+            let text = String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))?;
+            scripts.insert(format!("{name}.js"), (name.to_owned(), text));
+            continue;
+        }
         if !bytes.starts_with(b"\0asm") {
             bail!("{} is not a WebAssembly file", path.display());
         }
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".wasm"))
-            .with_context(|| format!("{}: plugin files must end in .wasm", path.display()))?
+        let name = file
+            .strip_suffix(".wasm")
+            .with_context(|| format!("{}: plugin files must end in .wasm (or .js for a script)", path.display()))?
             .to_owned();
         plugins.push((name, bytes));
     }
     let mut settings = std::collections::BTreeMap::new();
+    let mut annotations_sha = Vec::new();
     for s in &args.settings {
         let (name, file) = s.split_once('=').with_context(|| format!("--settings {s}: expected NAME=FILE"))?;
         let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
         settings.insert(format!("{name}.settings.yaml"), text);
+    }
+    for (key, (name, text)) in &scripts {
+        annotations_sha.push((name.clone(), hex::encode(Sha256::digest(text.as_bytes()))));
+        settings.insert(key.clone(), text.clone());
     }
     let plain: usize =
         plugins.iter().map(|(_, b)| b.len()).sum::<usize>() + settings.values().map(String::len).sum::<usize>();
@@ -78,6 +89,9 @@ pub fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     for a in &args.annotation {
         let (k, v) = a.split_once('=').with_context(|| format!("--annotation {a}: expected KEY=VALUE"))?;
         annotations.insert(k.to_owned(), v.into());
+    }
+    for (name, sha) in annotations_sha {
+        annotations.insert(format!("wasmop.io/sha256.{name}"), sha.into());
     }
     let mut total = settings.values().map(String::len).sum::<usize>();
     for (name, bytes) in &plugins {

@@ -20,7 +20,7 @@
 //! their own time cap) rather than run beside it.
 
 use super::Registry;
-use crate::runtime::{Compiled, RuntimeError};
+use crate::runtime::{Compiled, Format, RuntimeError};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -60,6 +60,8 @@ impl Registry {
     pub(super) async fn compile(
         &self,
         digest: [u8; 32],
+        format: Format,
+        name: &str,
         bytes: &Arc<[u8]>,
         next_after: Duration,
     ) -> Result<Arc<Compiled>, RuntimeError> {
@@ -72,10 +74,10 @@ impl Registry {
             if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
                 return Ok(Got::Shared(c));
             }
-            let (rt, b) = (self.runtime.clone(), bytes.clone());
+            let (rt, b, name) = (self.runtime.clone(), bytes.clone(), name.to_owned());
             off_runtime(move || {
                 let _turn = turn;
-                let c = rt.compile(&b);
+                let c = rt.compile_as(format, &name, &b);
                 crate::trim::release();
                 c
             })

@@ -31,6 +31,8 @@ pub struct PluginSpec {
     /// Unique among loaded plugins; the same bytes may be loaded under several names.
     /// A name belongs to the place that first loaded it (see [`Registry::apply`]).
     pub name: String,
+    /// What `bytes` are: a component, or a script run on the JavaScript engine.
+    pub format: crate::runtime::Format,
     pub bytes: Arc<[u8]>,
     /// The deployer's settings document (may be empty).
     pub settings: String,
@@ -208,6 +210,14 @@ impl Registry {
             return Err(LoadError::Conflict("plugin name \"host\" is reserved for the host itself".into()));
         }
         let digest: [u8; 32] = Sha256::digest(&spec.bytes).into();
+        // A script compiles for its name (its messages name the file); a component's
+        // code is shared by every name that loads the same bytes.
+        let code_key: [u8; 32] = match spec.format {
+            crate::runtime::Format::Component => digest,
+            crate::runtime::Format::Script => {
+                Sha256::new().chain_update(digest).chain_update(&spec.name).finalize().into()
+            }
+        };
         let sha256 = hex::encode(digest);
         if let Some(cur) = self.get(&spec.name) {
             claim(&spec.name, &cur, Place::of(&spec.origin, spec.origin_object.as_ref()))?;
@@ -221,7 +231,7 @@ impl Registry {
                 return Ok(cur);
             }
         }
-        let compiled = self.compile(digest, &spec.bytes, next_after).await?;
+        let compiled = self.compile(code_key, spec.format, &spec.name, &spec.bytes, next_after).await?;
         let mut manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
         narrow(&mut manifest, &spec.narrowing)?;
         let handlers = self.runtime.handlers(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
@@ -439,6 +449,7 @@ mod tests {
         let registry = Registry::new(Arc::new(runtime));
         let spec = PluginSpec {
             name: "host".into(),
+            format: Default::default(),
             bytes: Arc::from(&b"\0asm"[..]),
             settings: String::new(),
             origin: "dir:/plugins/host.wasm".into(),

@@ -2,10 +2,10 @@
 
 wasmtime::component::bindgen!({
     path: "../wit",
-    // The largest world: its imports are the `plugin` world's, and its optional exports
-    // (`admission`, `selectors`) are looked up per component, so plugins built for any
-    // world load.
-    world: "full-plugin",
+    // The largest world: its imports are the `plugin` world's plus `script` (which only
+    // the script engine imports), and its optional exports (`admission`, `selectors`,
+    // ...) are looked up per component, so plugins built for any world load.
+    world: "script-engine",
     imports: { default: async | trappable },
     exports: { default: async },
 });

@@ -84,7 +84,14 @@ impl Runtime {
                         c.idle.clear(name);
                     }
                     let charge = self.budget.reserve(plugin.clone(), ENTRY_ROOM).await;
-                    let state = HostState::new(plugin.clone(), call, limits, self.config.memory_ceiling, charge);
+                    let state = HostState::new(
+                        plugin.clone(),
+                        call,
+                        limits,
+                        self.config.memory_ceiling,
+                        charge,
+                        c.script.clone(),
+                    );
                     let mut store = Store::new(code.pre.engine(), state);
                     store.limiter(|s| s.limiter());
                     (store, None, 0)

@@ -87,6 +87,9 @@ pub struct RuntimeConfig {
     /// Name plugin code for `perf` in /tmp/perf-<pid>.map. Off by default: the file
     /// grows with every compile and only a profiler reads it.
     pub perf_map: bool,
+    /// The JavaScript engine component script plugins run on; None: found where the
+    /// runtime's `script` module says.
+    pub script_engine: Option<std::path::PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -102,6 +105,7 @@ impl Default for RuntimeConfig {
             fuel: false,
             compiler: super::Compiler::default(),
             perf_map: false,
+            script_engine: None,
         }
     }
 }

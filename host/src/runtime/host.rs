@@ -105,6 +105,8 @@ pub struct HostState {
     /// Host calls made so far (cluster, Events, logs): the throttle tells time spent in
     /// them from the guest's own compute (see `call::throttle`).
     pub(super) host_calls: u64,
+    /// A script plugin's script, for the engine's `script` import (see `script`).
+    pub(super) script: Option<Arc<super::script::Script>>,
 }
 
 impl WasiView for HostState {
@@ -121,6 +123,7 @@ impl HostState {
         limits: &super::Limits,
         memory_ceiling: usize,
         charge: Charge,
+        script: Option<Arc<super::script::Script>>,
     ) -> Self {
         let (stdout, stderr) = super::output::PluginOutput::pair(plugin.clone(), limits.output_bytes);
         let mut wasi = wasmtime_wasi::WasiCtx::builder();
@@ -148,6 +151,7 @@ impl HostState {
             event_budget: 0,
             output: stdout,
             host_calls: 0,
+            script,
         };
         state.begin(call, limits);
         state

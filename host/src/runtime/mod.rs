@@ -30,6 +30,7 @@ mod cpu;
 mod error;
 mod host;
 mod output;
+mod script;
 mod ticker;
 mod tiers;
 mod warm;
@@ -45,6 +46,7 @@ use code_cache::CodeCache;
 use config::DESCRIBE_DEADLINE;
 pub use config::{Limits, RuntimeConfig};
 pub use error::{RuntimeError, TrapKind};
+pub use script::Format;
 use tiers::{Code, Tier};
 pub use tiers::{Compiled, Compiler};
 
@@ -69,6 +71,8 @@ pub struct Runtime {
     code_cache: Option<CodeCache>,
     /// Advances the epoch while a call runs (see `ticker`).
     ticker: ticker::Ticker,
+    /// The JavaScript engine's code, once a script plugin needed it (see `script`).
+    script_engine: std::sync::Mutex<Option<Arc<tiers::Code>>>,
 }
 
 impl Runtime {
@@ -107,6 +111,7 @@ impl Runtime {
             config,
             parked: Default::default(),
             ticker,
+            script_engine: Default::default(),
         })
     }
 

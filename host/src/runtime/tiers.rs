@@ -20,7 +20,7 @@ use arc_swap::ArcSwap;
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy};
 
-use super::bindings::FullPlugin as PluginBindings;
+use super::bindings::ScriptEngine as PluginBindings;
 use super::bindings::exports::wasmop::operator::admission::GuestIndices as AdmissionIndices;
 use super::bindings::exports::wasmop::operator::own_writes::GuestIndices as OwnWritesIndices;
 use super::bindings::exports::wasmop::operator::reach::GuestIndices as ReachIndices;
@@ -146,6 +146,9 @@ pub struct Compiled {
     /// The bytes a pending tier-up will compile: held here, not by the queued tier-up,
     /// so a version replaced before its turn frees them with itself.
     source: Arc<std::sync::Mutex<Option<Arc<[u8]>>>>,
+    /// A script plugin's source, read by the engine through the `script` import; its
+    /// code is the engine's, shared with every other script plugin.
+    pub(super) script: Option<Arc<super::script::Script>>,
 }
 
 impl Compiled {
@@ -155,7 +158,24 @@ impl Compiled {
             size,
             idle: Default::default(),
             source: Default::default(),
+            script: None,
         }
+    }
+
+    /// A script plugin: the engine's shared code and the plugin's script.
+    pub(super) fn script(engine: Arc<Code>, script: Arc<super::script::Script>, size: usize) -> Compiled {
+        Compiled {
+            code: Arc::new(ArcSwap::new(engine)),
+            size,
+            idle: Default::default(),
+            source: Default::default(),
+            script: Some(script),
+        }
+    }
+
+    /// Whether this is a script plugin, run on the JavaScript engine.
+    pub fn is_script(&self) -> bool {
+        self.script.is_some()
     }
 
     /// Keeps `bytes` for a tier-up to come (see [`Compiled::take_source`]).

@@ -2,7 +2,9 @@
 //!
 //! Watches ConfigMaps labelled `wasmop.io/plugin: "true"` in the given namespaces. Each
 //! `binaryData` key ending in `.wasm` or `.wasm.gz` is one plugin named after the key
-//! (`memcached.wasm.gz` → `memcached`); a `data` or `binaryData` key
+//! (`memcached.wasm.gz` → `memcached`), and so is each `data` or `binaryData` key
+//! ending in `.js` (or a `binaryData` key ending in `.js.gz`): a script plugin, run on
+//! the host's JavaScript engine (`runtime::script`); a `data` or `binaryData` key
 //! `NAME.settings.yaml` beside it is its settings. A change of bytes or of settings is
 //! a new version; a removed key or ConfigMap removes the plugin. Plugin names must be
 //! unique across the watched ConfigMaps: while one ConfigMap's plugin serves, a
@@ -13,7 +15,7 @@
 use super::annotations::{self, Ceilings};
 use super::{PluginSource, SourceEvent};
 use crate::registry::PluginSpec;
-use crate::runtime::Limits;
+use crate::runtime::{Format, Limits};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
@@ -78,8 +80,10 @@ fn plugins_of(cm: &ConfigMap, limits: &Limits, ceilings: &Ceilings) -> Vec<(Plug
     let binary = cm.binary_data.clone().unwrap_or_default();
     let data = cm.data.clone().unwrap_or_default();
     let mut out = Vec::new();
-    for (key, value) in &binary {
-        let Some(plugin) = key.strip_suffix(".wasm.gz").or_else(|| key.strip_suffix(".wasm")) else { continue };
+    // Scripts are text, so they may sit in `data`; components only in `binaryData`.
+    let scripts = data.iter().map(|(k, v)| (k, v.as_bytes())).filter(|(k, _)| k.ends_with(".js"));
+    for (key, value) in binary.iter().map(|(k, v)| (k, &v.0[..])).chain(scripts) {
+        let Some((plugin, format)) = Format::of_key(key) else { continue };
         let settings_key = format!("{plugin}.settings.yaml");
         let settings = data
             .get(&settings_key)
@@ -87,7 +91,7 @@ fn plugins_of(cm: &ConfigMap, limits: &Limits, ceilings: &Ceilings) -> Vec<(Plug
             .or_else(|| binary.get(&settings_key).map(|b| String::from_utf8_lossy(&b.0).into_owned()))
             .unwrap_or_default();
         let mut h = Sha256::new();
-        h.update(&value.0);
+        h.update(value);
         h.update([0]);
         h.update(settings.as_bytes());
         for (k, v) in &ann {
@@ -99,7 +103,8 @@ fn plugins_of(cm: &ConfigMap, limits: &Limits, ceilings: &Ceilings) -> Vec<(Plug
         let account = ann.get(SERVICE_ACCOUNT_ANNOTATION).map(String::as_str).unwrap_or(plugin);
         let spec = PluginSpec {
             name: plugin.to_owned(),
-            bytes: value.0.clone().into(),
+            format,
+            bytes: value.into(),
             settings,
             origin: format!("configmap:{ns}/{name}#{key}"),
             origin_object: Some(configmap_ref(&ns, &name)),

@@ -1,5 +1,5 @@
-//! A directory of plugins: `NAME.wasm` (or `NAME.wasm.gz`), with an optional
-//! `NAME.settings.yaml` beside it.
+//! A directory of plugins: `NAME.wasm` (or `NAME.wasm.gz`) or a script plugin
+//! `NAME.js` (or `NAME.js.gz`), with an optional `NAME.settings.yaml` beside it.
 //!
 //! Polled rather than watched with inotify: it works the same on every filesystem
 //! (ConfigMap volumes swap a symlink, which inotify reports unreliably), and a poll of a
@@ -8,7 +8,7 @@
 
 use super::{PluginSource, SourceError, SourceEvent};
 use crate::registry::PluginSpec;
-use crate::runtime::Limits;
+use crate::runtime::{Format, Limits};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -23,6 +23,8 @@ pub struct DirSource {
 }
 
 type Stamp = (u64, SystemTime, String);
+/// A plugin file found by a scan: where it is, its format, and its stamp.
+type Found = (PathBuf, Format, Stamp);
 
 impl DirSource {
     pub fn new(dir: impl Into<PathBuf>, limits: Limits) -> Self {
@@ -36,16 +38,12 @@ impl DirSource {
     }
 
     /// One scan: every plugin with its stamp (size, mtime, settings).
-    pub fn scan(&self) -> Result<HashMap<String, (PathBuf, Stamp)>, SourceError> {
+    pub fn scan(&self) -> Result<HashMap<String, Found>, SourceError> {
         let io = |e| SourceError::Io { path: self.dir.display().to_string(), source: e };
         let mut found = HashMap::new();
         for entry in std::fs::read_dir(&self.dir).map_err(io)? {
             let path = entry.map_err(io)?.path();
-            let Some(name) = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".wasm.gz").or_else(|| n.strip_suffix(".wasm")))
-            else {
+            let Some((name, format)) = path.file_name().and_then(|n| n.to_str()).and_then(Format::of_key) else {
                 continue;
             };
             let meta = std::fs::metadata(&path)
@@ -53,16 +51,17 @@ impl DirSource {
             let settings = read_settings(&self.dir, name)?;
             found.insert(
                 name.to_owned(),
-                (path.clone(), (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), settings)),
+                (path.clone(), format, (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), settings)),
             );
         }
         Ok(found)
     }
 
-    fn spec(&self, name: &str, path: &Path, settings: &str) -> Result<PluginSpec, SourceError> {
+    fn spec(&self, name: &str, path: &Path, format: Format, settings: &str) -> Result<PluginSpec, SourceError> {
         let bytes = std::fs::read(path).map_err(|e| SourceError::Io { path: path.display().to_string(), source: e })?;
         Ok(PluginSpec {
             name: name.to_owned(),
+            format,
             bytes: bytes.into(),
             settings: settings.to_owned(),
             origin: format!("dir:{}", path.display()),
@@ -90,28 +89,28 @@ fn read_settings(dir: &Path, name: &str) -> Result<String, SourceError> {
 impl PluginSource for DirSource {
     async fn run(self: Box<Self>, tx: mpsc::Sender<SourceEvent>) {
         // Plugin name → the file it was loaded from, and its stamp.
-        let mut known: HashMap<String, (PathBuf, Stamp)> = HashMap::new();
+        let mut known: HashMap<String, Found> = HashMap::new();
         let mut first = true;
         loop {
             match self.scan() {
                 Ok(found) => {
-                    for (name, (path, stamp)) in &found {
-                        if known.get(name).is_some_and(|(p, s)| p == path && s == stamp) {
+                    for (name, (path, format, stamp)) in &found {
+                        if known.get(name).is_some_and(|(p, _, s)| p == path && s == stamp) {
                             continue;
                         }
-                        match self.spec(name, path, &stamp.2) {
+                        match self.spec(name, path, *format, &stamp.2) {
                             Ok(spec) => {
                                 if tx.send(SourceEvent::Upsert(Box::new(spec))).await.is_err() {
                                     return;
                                 }
-                                known.insert(name.clone(), (path.clone(), stamp.clone()));
+                                known.insert(name.clone(), (path.clone(), *format, stamp.clone()));
                             }
                             Err(e) => tracing::warn!(source = "dir", "{e}"),
                         }
                     }
                     let gone: Vec<String> = known.keys().filter(|n| !found.contains_key(*n)).cloned().collect();
                     for name in gone {
-                        let Some((path, _)) = known.remove(&name) else { continue };
+                        let Some((path, _, _)) = known.remove(&name) else { continue };
                         let origin = format!("dir:{}", path.display());
                         if tx.send(SourceEvent::Remove { name, origin, origin_object: None }).await.is_err() {
                             return;

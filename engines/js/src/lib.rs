@@ -1,0 +1,32 @@
+//! The host's JavaScript engine: one component that runs every script plugin.
+//!
+//! A plugin written in JavaScript is a few KB of script (`NAME.js` in a ConfigMap or
+//! the plugins directory), not a component of its own. The host instantiates this
+//! engine for each call as it would a compiled plugin, with the same limits and
+//! permissions, and the engine reads the plugin's script through the `script` import,
+//! evaluates it as an ES module and serves every export of the contract through the
+//! module's functions of the same names (`manifest`, `reconcile`, `handlers`,
+//! `review`). The engine's code is compiled once and shared by every script plugin.
+//!
+//! Flow: `js` holds the evaluated script of this instance (evaluated on its first
+//! call, kept while the instance lives: a fresh one per reconcile, a warm one across
+//! admission reviews); `prelude.js` is the JavaScript side of the SDK (`cluster`,
+//! `events`, `log`, `console`, `ClusterError`, `ReconcileError`); `bridge` carries its
+//! calls to the host's imports; `contract` turns the module's answers into the WIT
+//! records, with a message naming the field when they do not fit.
+//!
+//! Caveat: Boa is an interpreter; a script computes several times slower than the same
+//! logic compiled from Rust. Reconcilers and admission policies spend their time in
+//! cluster calls and JSON, which run in the engine's compiled code.
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "script-engine",
+});
+
+mod bridge;
+mod contract;
+mod js;
+
+struct Engine;
+export!(Engine);
