@@ -2,7 +2,9 @@
 //! variable (`WASMOP_...`), the way a Deployment usually configures a controller.
 
 mod election;
+mod expect;
 mod inspect;
+mod new;
 mod offline;
 mod pack;
 mod rbac;
@@ -41,6 +43,8 @@ enum Command {
     WebhookConfig(webhooks::WebhookConfigArgs),
     /// Print the ServiceAccount and least-privilege RBAC a plugin needs (apply it to let the host run the plugin as itself).
     Rbac(rbac::RbacArgs),
+    /// Create a plugin project (Rust or JavaScript) that builds and passes its test as generated.
+    New(new::NewArgs),
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -51,6 +55,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pack(args) => pack::pack(args),
         Command::WebhookConfig(args) => webhooks::webhook_config(args).await,
         Command::Rbac(args) => rbac::rbac(args).await,
+        Command::New(args) => new::new(args),
     }
 }
 

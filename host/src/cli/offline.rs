@@ -12,7 +12,7 @@ use wasmop_sdk::fake::Write;
 
 #[derive(clap::Args)]
 pub struct ReconcileArgs {
-    /// The plugin (.wasm or .wasm.gz).
+    /// The plugin (.wasm or .wasm.gz, or a script plugin .js).
     plugin: PathBuf,
     /// The primary object to reconcile (YAML or JSON).
     #[arg(long)]
@@ -23,6 +23,11 @@ pub struct ReconcileArgs {
     /// The plugin's settings document.
     #[arg(long)]
     settings: Option<PathBuf>,
+    /// What the output must contain (YAML: `result`, `writes`, `events`, each a part of
+    /// the printed document); the command fails naming the first difference. A
+    /// plugin's unit test on the in-memory cluster, in any language.
+    #[arg(long)]
+    expect: Option<PathBuf>,
 }
 
 fn read_docs(path: &PathBuf) -> anyhow::Result<Vec<serde_json::Value>> {
@@ -90,5 +95,16 @@ pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     };
     let out = serde_json::json!({"result": outcome, "writes": writes, "events": events});
     print!("{}", serde_yaml::to_string(&out)?);
+    if let Some(path) = &args.expect {
+        let mut expected = read_docs(path)?;
+        if expected.len() != 1 {
+            bail!("{} must hold exactly one document, found {}", path.display(), expected.len());
+        }
+        if let Some(why) = super::expect::mismatch(&out, &expected.remove(0), "") {
+            eprintln!("not as expected by {}: {why}", path.display());
+            return Ok(ExitCode::from(1));
+        }
+        eprintln!("as expected by {}", path.display());
+    }
     Ok(code)
 }
