@@ -9,7 +9,8 @@ use wasmop::runtime::Limits;
 pub async fn inspect(path: &Path, settings: Option<&Path>) -> anyhow::Result<ExitCode> {
     let (rt, compiled, bytes) = super::load(path).await?;
     let settings = super::read_settings(settings)?;
-    let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin");
+    let name = super::plugin_name(path).unwrap_or_else(|| "plugin".to_owned());
+    let name = name.as_str();
     let manifest = rt.manifest(&compiled, name, &settings, &Limits::default()).await?;
     let (imports, exports) = compiled.interfaces();
     let perms = Permissions::from_manifest(&manifest);

@@ -74,12 +74,20 @@ pub(crate) async fn load(
         ..Default::default()
     })?);
     let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    // Anything else is taken for a component (and refused with the reason if it is not).
     let (name, format) = wasmop::runtime::Format::of_key(file).unwrap_or(("plugin", Default::default()));
     let compiled = {
         let (rt, b, name) = (rt.clone(), bytes.clone(), name.to_owned());
         tokio::task::spawn_blocking(move || rt.compile_as(format, &name, &b)).await??
     };
     Ok((rt, compiled, bytes))
+}
+
+/// The plugin a file is, as the host would name it (`memcached.wasm.gz` → `memcached`,
+/// `memcached-js.js` → `memcached-js`); None for a file no source would load.
+pub(crate) fn plugin_name(path: &std::path::Path) -> Option<String> {
+    let file = path.file_name()?.to_str()?;
+    wasmop::runtime::Format::of_key(file).map(|(name, _)| name.to_owned())
 }
 
 pub(crate) fn read_settings(path: Option<&std::path::Path>) -> anyhow::Result<String> {

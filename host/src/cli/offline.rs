@@ -45,7 +45,7 @@ fn read_docs(path: &PathBuf) -> anyhow::Result<Vec<serde_json::Value>> {
 pub async fn reconcile(args: ReconcileArgs) -> anyhow::Result<ExitCode> {
     let (rt, compiled, _) = super::load(&args.plugin).await?;
     let settings = super::read_settings(args.settings.as_deref())?;
-    let name = args.plugin.file_stem().and_then(|s| s.to_str()).unwrap_or("plugin").to_owned();
+    let name = super::plugin_name(&args.plugin).unwrap_or_else(|| "plugin".to_owned());
     let limits = Limits::default();
     let manifest = rt.manifest(&compiled, &name, &settings, &limits).await?;
 

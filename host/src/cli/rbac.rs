@@ -31,16 +31,9 @@ pub struct RbacArgs {
 pub async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
     let name = match &args.name {
         Some(n) => n.clone(),
-        None => args
-            .plugin
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".wasm.gz").or_else(|| n.strip_suffix(".wasm")))
-            .filter(|n| !n.is_empty())
-            .with_context(|| {
-                format!("{}: plugin files end in .wasm or .wasm.gz (or pass --name)", args.plugin.display())
-            })?
-            .to_owned(),
+        None => super::plugin_name(&args.plugin).with_context(|| {
+            format!("{}: plugin files end in .wasm, .wasm.gz or .js (or pass --name)", args.plugin.display())
+        })?,
     };
     let Some((host_ns, host_name)) = args.host_service_account.split_once('/') else {
         bail!("--host-service-account {:?} is not NAMESPACE/NAME", args.host_service_account);

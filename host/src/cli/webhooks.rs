@@ -96,7 +96,7 @@ pub async fn start(
 
 #[derive(clap::Args)]
 pub struct WebhookConfigArgs {
-    /// Plugins as PATH[=SETTINGS_FILE]; the plugin's name is the file name without .wasm[.gz].
+    /// Plugins as PATH[=SETTINGS_FILE]; the plugin's name is the file name without .wasm[.gz] (or .js).
     #[arg(required = true)]
     plugins: Vec<String>,
     /// Name of the configurations (give the same to `run --webhook-configurations`).
@@ -154,8 +154,7 @@ pub async fn webhook_config(args: WebhookConfigArgs) -> anyhow::Result<ExitCode>
         };
         let (rt, compiled, _) = super::load(&path).await?;
         let settings = super::read_settings(settings.as_deref())?;
-        let file = path.file_name().and_then(|s| s.to_str()).unwrap_or("plugin");
-        let name = file.trim_end_matches(".gz").trim_end_matches(".wasm").to_owned();
+        let name = super::plugin_name(&path).unwrap_or_else(|| "plugin".to_owned());
         let handlers = rt.handlers(&compiled, &name, &settings, &Default::default()).await?;
         let allowed = |kind: &wasmop_sdk::KindRef| {
             args.allowed_kinds.is_empty()
