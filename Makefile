@@ -168,10 +168,12 @@ bench-smoke:
 	scripts/bench-isolation.py 1 10
 	scripts/bench-converge.sh 3 wasm
 	scripts/bench-converge.sh 3 native
+	scripts/bench-converge.sh 3 js
 	scripts/bench-reload.py 1
 	scripts/bench-idle.py 1
 	scripts/bench-selectors.py 2 1 2
 	scripts/bench-rollout.py --quick
+	scripts/bench-scripts.py 3 2
 
 clean: demo-down
 	cargo clean

@@ -4,10 +4,11 @@
 # reconcile of either kind costs about the same, so the count explains most CPU swings),
 # then the requests the operator sent to the apiserver per Memcached, by verb and
 # resource, from the control plane's audit log (scripts/audit-requests.py).
-# Usage: scripts/bench-converge.sh [N] [wasm|native] (default 200, wasm). Needs `make
+# Usage: scripts/bench-converge.sh [N] [wasm|js|native] (default 200, wasm). Needs `make
 # plugins`; starts (or reuses) the local control plane and an optimized build of the host (WASMOP_BENCH_PROFILE, as in scripts/benchlib.py).
 # `native` runs the same reconcile code compiled natively under a plain kube-rs
-# Controller (host/examples/memcached_native.rs): the baseline.
+# Controller (host/examples/memcached_native.rs): the baseline. `js` runs the same
+# operator as a script plugin (plugins/memcached-js) on the host's JavaScript engine.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -46,14 +47,20 @@ kubectl create namespace $ns >/dev/null
 work=$(mktemp -d)
 mkdir -p "$work/plugins"
 # WASMOP_BENCH_PLUGIN: another build of the plugin (an A/B run against an older host).
-cp "${WASMOP_BENCH_PLUGIN:-target/plugins/memcached.wasm}" "$work/plugins/memcached.wasm"
-echo "namespace: $ns" >"$work/plugins/memcached.settings.yaml"
+plugin=memcached; file=memcached.wasm
+if [ "$mode" = js ]; then
+  plugin=memcached-js; file=memcached-js.js
+  # The engine `make engines` built, whichever host binary runs.
+  export WASMOP_JS_ENGINE=${WASMOP_JS_ENGINE:-$root/target/plugins/wasmop-js-engine.wasm}
+fi
+cp "${WASMOP_BENCH_PLUGIN:-target/plugins/$file}" "$work/plugins/$file"
+echo "namespace: $ns" >"$work/plugins/$plugin.settings.yaml"
 if [ "$mode" = native ]; then
   "$out/examples/memcached_native" $ns >"$work/host.log" 2>&1 &
 else
   # As deployed: the plugin acts as its own ServiceAccount, granted by `wasmop rbac`.
-  "$wasmop" rbac "$work/plugins/memcached.wasm" --namespace default \
-    --settings "$work/plugins/memcached.settings.yaml" | kubectl apply -f - >/dev/null
+  "$wasmop" rbac "$work/plugins/$file" --namespace default \
+    --settings "$work/plugins/$plugin.settings.yaml" | kubectl apply -f - >/dev/null
   "$wasmop" run --plugins-dir "$work/plugins" --plugins-dir-service-account-namespace default \
     --metrics-bind-address 127.0.0.1:0 >"$work/host.log" 2>&1 &
 fi
@@ -109,6 +116,7 @@ hz=$(getconf CLK_TCK)
 deps=$(kubectl get deployments -n $ns --no-headers | wc -l)
 rss=$(awk '/VmHWM/ {print $2}' "/proc/$host/status")
 label="wasm plugin in the host"; [ "$mode" = native ] && label="native kube-rs Controller, same code"
+[ "$mode" = js ] && label="JavaScript script plugin in the host"
 printf "| %d Memcacheds ($label) | %.1f s | %.2f s | %d MiB | %d | %d |\n" "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "($cpu1 - $cpu0) / $hz" | bc -l)" "$((rss / 1024))" "$deps" "$count"
 # The apiserver's side: what the operator asked of it while converging (audit log).
 if [ -f "$audit" ]; then

@@ -6,7 +6,10 @@ the round, so the sha256 differs and the code must be compiled), `wasmop pack |
 kubectl apply --server-side`, and time from just before the apply until the host logs
 `plugin loaded` for it (the host's own timestamp); the next round starts once the
 host has finished that version's background tier-up, as a reload on an idle host. A second series changes only the
-settings (same code: the compile cache answers). Prints Markdown table rows.
+settings (same code: the compile cache answers). The script plugin memcached-js is
+measured the same way: a new version is its text with a comment naming the round (it
+runs on the engine compiled once, so nothing is compiled and there is no tier-up).
+Prints Markdown table rows.
 
 Usage: scripts/bench-reload.py [ROUNDS]  (needs `make plugins` and a running control
 plane: tests/cluster/up)."""
@@ -71,13 +74,20 @@ def main():
     try:
         time.sleep(1)
         rows = []
-        for plugin in ["probe", "memcached", "sidecarset"]:
-            src = open(os.path.join(ROOT, "target", "plugins", f"{plugin}.wasm"), "rb").read()
+        for plugin in ["probe", "memcached", "sidecarset", "memcached-js"]:
+            script = plugin.endswith("-js")
+            ext = "js" if script else "wasm"
+            src = open(os.path.join(ROOT, "target", "plugins", f"{plugin}.{ext}"), "rb").read()
             for series in ["new code", "settings only"]:
                 samples = []
-                for r in range(ROUNDS):
-                    wasm = with_custom_section(src, f"{series} {r}") if series == "new code" else with_custom_section(src, "fixed")
-                    path = os.path.join(work, f"{plugin}.wasm")
+                # A script's first load compiles the engine (once per host, or read from
+                # the code cache): that round is not a new version of a script, and is
+                # not counted.
+                warmup = 1 if script and series == "new code" else 0
+                for r in range(ROUNDS + warmup):
+                    mark = f"{series} {r}" if series == "new code" else "fixed"
+                    wasm = src + f"\n// {mark}\n".encode() if script else with_custom_section(src, mark)
+                    path = os.path.join(work, f"{plugin}.{ext}")
                     open(path, "wb").write(wasm)
                     settings = os.path.join(work, "s.yaml")
                     open(settings, "w").write(f"namespace: {NS}\nround: {series} {r}\n")
@@ -94,8 +104,9 @@ def main():
                     samples.append(loaded_times(log, plugin)[-1] - t0)
                     # Measure a reload on an idle host, as in use: let this round's
                     # background tier-up (Cranelift) finish before the next apply.
-                    if series == "new code" and TIERED:
+                    if series == "new code" and TIERED and not script:
                         wait_optimized(log, optimized_before)
+                samples = samples[warmup:]
                 rows.append((plugin, len(src), series, median(samples), min(samples), max(samples)))
                 kubectl("delete", "configmap", f"bench-{plugin}", "-n", NS)
                 time.sleep(0.5)

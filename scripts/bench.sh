@@ -16,12 +16,13 @@ out=$(mktemp)
   echo
   echo "### Convergence on the local control plane"
   echo
-  echo 'Command: `scripts/bench-converge.sh 1000 wasm|native` (N CRs applied at once; time until all are Available with their Pod; host CPU and peak RSS from /proc; reconciles run by then, from the host's metrics or the baseline's own count)'
+  echo 'Command: `scripts/bench-converge.sh 1000 wasm|native|js` (N CRs applied at once; time until all are Available with their Pod; host CPU and peak RSS from /proc; reconciles run by then, from the host's metrics or the baseline's own count)'
   echo
   echo "| scenario | time to converge | host CPU | host peak RSS | Deployments | reconciles |"
   echo "|---|---|---|---|---|---|"
   scripts/bench-converge.sh 1000 wasm
   scripts/bench-converge.sh 1000 native
+  scripts/bench-converge.sh 1000 js
   echo
   echo "### Ring: idle memory and latency per hop"
   echo
@@ -44,6 +45,12 @@ out=$(mktemp)
   echo "| healthy probe plugin | throughput | time for 150 | host CPU | |"
   echo "|---|---|---|---|---|"
   scripts/bench-isolation.py 3 150
+  echo
+  echo "### Script plugins: memory per plugin"
+  echo
+  echo 'Command: `scripts/bench-scripts.py 100 10` (host RSS with 1 plugin, then with N distinct ones loaded and idle)'
+  echo
+  scripts/bench-scripts.py 100 10
   echo
   echo "### Idle host"
   echo

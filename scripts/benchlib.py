@@ -17,6 +17,8 @@ OUT = os.path.join(TARGET, "debug" if PROFILE == "dev" else "release")
 HOST = os.environ.get("WASMOP_BENCH_HOST") or os.path.join(OUT, "wasmop")
 ENV = dict(os.environ)
 ENV.setdefault("KUBECONFIG", os.path.join(ROOT, "target", "cluster", "kubeconfig"))
+# The JavaScript engine `make engines` built, whichever host binary is measured.
+ENV.setdefault("WASMOP_JS_ENGINE", os.path.join(ROOT, "target", "plugins", "wasmop-js-engine.wasm"))
 
 
 def kubectl(*args, stdin=None, check=True):
