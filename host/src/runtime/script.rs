@@ -119,3 +119,26 @@ impl Runtime {
         Ok(code)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_plugins_by_their_format() {
+        assert_eq!(Format::of_key("memcached.wasm"), Some(("memcached", Format::Component)));
+        assert_eq!(Format::of_key("memcached.wasm.gz"), Some(("memcached", Format::Component)));
+        assert_eq!(Format::of_key("memcached-js.js"), Some(("memcached-js", Format::Script)));
+        assert_eq!(Format::of_key("memcached-js.js.gz"), Some(("memcached-js", Format::Script)));
+        for other in ["memcached.settings.yaml", ".js", ".wasm", "README", "x.json", "x.mjs"] {
+            assert_eq!(Format::of_key(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_script_that_is_not_text_is_refused_with_the_reason() {
+        let rt = Runtime::new(super::super::RuntimeConfig { max_instances: 2, ..Default::default() }).unwrap();
+        let e = rt.compile_as(Format::Script, "bad", &[0xff, 0xfe, 0]).err().unwrap();
+        assert!(e.to_string().contains("bad.js is not UTF-8 text"), "{e}");
+    }
+}

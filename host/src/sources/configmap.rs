@@ -214,6 +214,39 @@ mod tests {
     use k8s_openapi::ByteString;
 
     #[test]
+    fn scripts_are_plugins_in_data_or_binary_data_and_components_only_in_binary_data() {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("scripts".into());
+        cm.metadata.namespace = Some("ops".into());
+        cm.data = Some(
+            [
+                ("copier.js".to_string(), "export function manifest() {}".to_string()),
+                ("copier.settings.yaml".to_string(), "namespaces: [a]".to_string()),
+                ("text.wasm".to_string(), "not binary data".to_string()),
+            ]
+            .into(),
+        );
+        cm.binary_data = Some([("packed.js.gz".to_string(), ByteString(vec![0x1f, 0x8b]))].into());
+        let ceilings = Ceilings {
+            deadline: std::time::Duration::from_secs(60),
+            memory_bytes: 1 << 30,
+            fuel: None,
+            max_instances: 4,
+        };
+        let mut found = plugins_of(&cm, &Limits::default(), &ceilings);
+        found.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let got: Vec<_> = found.iter().map(|(s, _, _)| (s.name.as_str(), s.format, s.settings.as_str())).collect();
+        assert_eq!(got, [("copier", Format::Script, "namespaces: [a]"), ("packed", Format::Script, "")]);
+        assert_eq!(&found[0].0.bytes[..], b"export function manifest() {}");
+        // Editing the script is a new version (a new stamp).
+        let before = found[0].1;
+        cm.data.as_mut().unwrap().insert("copier.js".into(), "export function manifest() { return 1 }".into());
+        let after =
+            plugins_of(&cm, &Limits::default(), &ceilings).into_iter().find(|p| p.0.name == "copier").unwrap().1;
+        assert_ne!(before, after);
+    }
+
+    #[test]
     fn keys_become_plugins_with_settings_and_stamps() {
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some("plugins".into());
