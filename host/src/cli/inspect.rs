@@ -20,6 +20,7 @@ pub async fn inspect(path: &Path, settings: Option<&Path>) -> anyhow::Result<Exi
         .collect();
     let out = serde_json::json!({
         "file": path.display().to_string(),
+        "format": if compiled.is_script() { "script (JavaScript, run on the host's engine)" } else { "component" },
         "size": bytes.len(),
         "sha256": hex::encode(Sha256::digest(&bytes)),
         "manifest": manifest,
