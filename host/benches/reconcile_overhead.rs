@@ -7,6 +7,8 @@
 //!   no writes), through the runtime
 //! * `memcached native` — the same plugin crate compiled natively, called directly on
 //!   the SDK's fake cluster: the baseline the wasm figure is compared with
+//! * `memcached-js`    — the same operator as a script plugin (plugins/memcached-js) on
+//!   the JavaScript engine: instantiate the engine, evaluate the script, reconcile
 //!
 //! `cargo bench -p wasmop --bench reconcile_overhead` prints a Markdown table (median of
 //! 5 rounds). `-- --quick` runs each case a few times only, so `make test` keeps the
@@ -46,7 +48,8 @@ fn case(
     seed: &[serde_json::Value],
 ) -> Case {
     let bytes = std::fs::read(plugins_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e} (run `make plugins`)"));
-    let compiled = rt.compile(&bytes).expect("compile");
+    let (name, format) = wasmop::runtime::Format::of_key(file).expect("a plugin file");
+    let compiled = rt.compile_as(format, name, &bytes).expect("compile");
     let manifest = tokio.block_on(rt.manifest(&compiled, "bench", settings, &Limits::default())).expect("manifest");
     let mem = Arc::new(MemoryBackend::default());
     for s in seed {
@@ -115,7 +118,13 @@ fn main() {
     // up, and nothing tiers up here (that is the registry's job), so the default would
     // time Winch code on the on-demand allocator instead of the steady state.
     let rt = Arc::new(
-        Runtime::new(RuntimeConfig { max_instances: 4, compiler: Compiler::Optimizing, ..Default::default() }).unwrap(),
+        Runtime::new(RuntimeConfig {
+            max_instances: 4,
+            compiler: Compiler::Optimizing,
+            script_engine: Some(plugins_dir().join("wasmop-js-engine.wasm")),
+            ..Default::default()
+        })
+        .unwrap(),
     );
 
     let mut rows: Vec<(String, Duration)> = Vec::new();
@@ -166,12 +175,18 @@ fn main() {
     assert!(mc.mem.fake().take_writes().is_empty(), "the wasm case must be converged too");
     rows.push(("memcached, converged (wasm: instantiate + reconcile, get + list)".into(), wasm_time));
     rows.push(("memcached, converged (same crate native, no sandbox)".into(), native_time));
+    let js = case(&rt, &tokio, "memcached-js.js", "", converged[0].clone(), &converged[1..]);
+    js.mem.fake().take_writes();
+    let js_time = measure(rounds, (n / 10).max(1), || tokio.block_on(js.once()));
+    assert!(js.mem.fake().take_writes().is_empty(), "the script case must be converged too");
+    rows.push(("memcached-js, converged (JavaScript engine: instantiate + evaluate + reconcile)".into(), js_time));
 
     println!("| case | median per reconcile |\n|---|---|");
     for (name, d) in &rows {
         println!("| {name} | {:.1} µs |", d.as_secs_f64() * 1e6);
     }
     println!("\nwasm / native (memcached): {:.2}×", wasm_time.as_secs_f64() / native_time.as_secs_f64());
+    println!("JavaScript / wasm (memcached): {:.2}×", js_time.as_secs_f64() / wasm_time.as_secs_f64());
     if quick {
         println!("bench: {} passed, 0 failed (quick mode: nothing timed)", rows.len());
     }
