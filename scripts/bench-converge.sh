@@ -24,7 +24,8 @@ fi
 # dev to reuse the tests' debug build (see scripts/benchlib.py).
 profile=${WASMOP_BENCH_PROFILE:-bench}
 out=$target/$([ "$profile" = dev ] && echo debug || echo release)
-cargo build -q --workspace --bins --profile "$profile"
+# WASMOP_BENCH_HOST (below): a host built elsewhere, so nothing is built here for it.
+[ -n "${WASMOP_BENCH_HOST:-}" ] || cargo build -q --workspace --bins --profile "$profile"
 if [ "$mode" = native ]; then cargo build -q --workspace --profile "$profile" --example memcached_native; fi
 # WASMOP_BENCH_HOST: another host binary to measure (A/B runs of two builds), as in benchlib.py.
 wasmop=${WASMOP_BENCH_HOST:-$out/wasmop}

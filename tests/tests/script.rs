@@ -137,6 +137,18 @@ fn the_js_memcached_converges_scales_reloads_refuses_a_broken_edit_and_cleans_up
         mine.iter().any(|e| e["verb"] == "update" && e["objectRef"]["subresource"] == "status"),
         "the status was written as {me}"
     );
+    // Its reads of what it watches came from the host's caches, as a compiled plugin's do.
+    for resource in ["memcacheds", "deployments", "pods"] {
+        let reads: Vec<_> = mine
+            .iter()
+            .filter(|e| e["objectRef"]["resource"] == resource)
+            .filter(|e| {
+                e["verb"] == "get"
+                    || (e["verb"] == "list" && e["requestURI"].as_str().unwrap_or("").contains("labelSelector"))
+            })
+            .collect();
+        assert!(reads.is_empty(), "reads of {resource} reached the apiserver: {reads:?}");
+    }
 
     // The author edits the script in the ConfigMap: the next reconcile runs the edit.
     let v2 = v1.replace(r#"args: ["-m=64","#, r#"args: ["-m=128","#);

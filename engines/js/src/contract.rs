@@ -155,9 +155,36 @@ fn manifest(settings: &str) -> Result<Manifest, String> {
     parse("manifest", manifest_value(settings)?)
 }
 
+/// The script's handlers: none when it exports no `handlers`; an error when they throw
+/// or do not fit, which `manifest` reports, so such a version is rejected at load
+/// instead of serving without its webhooks.
+fn handlers(settings: &str) -> Result<Vec<Handler>, String> {
+    match js::call("handlers", &json!([settings_value(settings)?]))? {
+        Outcome::Returned(v) => parse::<Vec<Handler>>("handlers", v),
+        Outcome::Missing => Ok(Vec::new()),
+        Outcome::Threw { message, .. } => Err(format!("handlers threw: {message}")),
+    }
+}
+
+thread_local! {
+    /// The last settings text a review parsed, as JSON text: a warm instance answers
+    /// many reviews with the same settings.
+    static SETTINGS: RefCell<(String, String)> = const { RefCell::new((String::new(), String::new())) };
+}
+
+fn settings_json(settings: &str) -> Result<String, String> {
+    if let Some(hit) = SETTINGS.with_borrow(|(s, j)| (s == settings && !j.is_empty()).then(|| j.clone())) {
+        return Ok(hit);
+    }
+    let j = settings_value(settings)?.to_string();
+    SETTINGS.with_borrow_mut(|c| *c = (settings.to_owned(), j.clone()));
+    Ok(j)
+}
+
 impl reconciler::Guest for crate::Engine {
     fn manifest(settings: String) -> Result<reconciler::PluginManifest, String> {
         let m = manifest(&settings)?;
+        handlers(&settings)?;
         Ok(reconciler::PluginManifest {
             name: m.name,
             version: m.version,
@@ -201,18 +228,13 @@ impl reconciler::Guest for crate::Engine {
 
     fn reconcile(req: reconciler::Request) -> Result<reconciler::Action, reconciler::ReconcileError> {
         let fail = |message: String, retry: bool| reconciler::ReconcileError { message, retry };
-        let settings = settings_value(&req.settings).map_err(|e| fail(e, false))?;
-        let current = match req.current.as_deref().map(serde_json::from_str::<Value>).transpose() {
-            Ok(c) => c.unwrap_or(Value::Null),
-            Err(e) => return Err(fail(format!("host sent bad JSON: {e}"), false)),
-        };
+        let settings = settings_json(&req.settings).map_err(|e| fail(e, false))?;
         let o = req.object;
-        let request = json!({
-            "object": {"apiVersion": o.api_version, "kind": o.kind, "namespace": o.namespace, "name": o.name},
-            "current": current,
-            "settings": settings,
-        });
-        match js::call("reconcile", &json!([request])).map_err(|e| fail(e, true))? {
+        let object = json!({"apiVersion": o.api_version, "kind": o.kind, "namespace": o.namespace, "name": o.name});
+        // The host's JSON text of the object goes in as it is (the script parses it once).
+        let current = req.current.as_deref().unwrap_or("null");
+        let args = format!(r#"[{{"object":{object},"current":{current},"settings":{settings}}}]"#);
+        match js::call_text("reconcile", &args).map_err(|e| fail(e, true))? {
             Outcome::Returned(Value::Null) => Ok(reconciler::Action { requeue_after_ms: None }),
             Outcome::Returned(v) => {
                 let a: Action = parse("reconcile's answer", v).map_err(|e| fail(e, false))?;
@@ -251,17 +273,10 @@ impl reach::Guest for crate::Engine {
 }
 
 impl admission::Guest for crate::Engine {
-    /// Handlers a script declares that do not fit the contract are dropped with a
-    /// log line: `handlers` has no error to return (the contract's choice).
     fn handlers(settings: String) -> Vec<admission::Handler> {
-        let value = settings_value(&settings).and_then(|s| js::call("handlers", &json!([s])));
-        let list = match value {
-            Ok(Outcome::Returned(v)) => parse::<Vec<Handler>>("handlers", v),
-            Ok(Outcome::Missing) => Ok(Vec::new()),
-            Ok(Outcome::Threw { message, .. }) => Err(format!("handlers threw: {message}")),
-            Err(e) => Err(e),
-        };
-        let list = list.unwrap_or_else(|e| {
+        // `manifest` refused a version whose handlers fail; this is for a host that
+        // asks for handlers without the manifest first.
+        let list = handlers(&settings).unwrap_or_else(|e| {
             crate::wasmop::operator::log::log(crate::wasmop::operator::log::Level::Error, &e, &[]);
             Vec::new()
         });
@@ -285,8 +300,8 @@ impl admission::Guest for crate::Engine {
     }
 
     fn review(handler: String, settings: String, request: String) -> Result<String, String> {
-        let request: Value = serde_json::from_str(&request).map_err(|e| format!("host sent bad JSON: {e}"))?;
-        match js::call("review", &json!([handler, settings_value(&settings)?, request]))? {
+        let args = format!("[{},{},{request}]", Value::from(handler), settings_json(&settings)?);
+        match js::call_text("review", &args)? {
             Outcome::Returned(Value::Null) => Err("review returned nothing: return {allowed: true} or a denial".into()),
             Outcome::Returned(v) => Ok(v.to_string()),
             Outcome::Threw { message, .. } => Err(format!("review threw: {message}")),

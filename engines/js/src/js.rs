@@ -35,12 +35,18 @@ pub enum Outcome {
 
 /// Calls the script's exported function `name` with `args` (a JSON array).
 pub fn call(name: &str, args: &Value) -> Result<Outcome, String> {
+    call_text(name, &args.to_string())
+}
+
+/// [`call`] with the arguments as JSON text: objects the host sent as text go to the
+/// script without being parsed and written again on the way.
+pub fn call_text(name: &str, args: &str) -> Result<Outcome, String> {
     SCRIPT.with_borrow_mut(|slot| {
         let script = slot.get_or_insert_with(evaluate).as_mut().map_err(|e| e.clone())?;
         let argv = [
             JsValue::from(script.exports.clone()),
             JsValue::from(JsString::from(name)),
-            JsValue::from(JsString::from(args.to_string().as_str())),
+            JsValue::from(JsString::from(args)),
         ];
         let answer = script
             .call
