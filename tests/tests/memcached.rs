@@ -3,6 +3,7 @@
 use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
 use std::time::Duration;
+use wasmop_e2e::memcached::converged;
 use wasmop_e2e::*;
 
 const CRD: &str = include_str!("../../deploy/crds/memcached.yaml");
@@ -16,43 +17,6 @@ fn memcached(ns: &str, name: &str, size: &str) -> String {
 
 fn host_for(ns: &str) -> Result<Host> {
     Host::start(&[("memcached", &plugin_path("memcached.wasm"), &format!("namespace: {ns}"))], &[])
-}
-
-fn running_pods(ns: &str, name: &str) -> Vec<String> {
-    let pods = get_json(&["pods", "-n", ns, "-l", &format!("app.kubernetes.io/instance={name}")]).unwrap_or_default();
-    let mut names: Vec<String> = pods["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
-        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
-        .collect();
-    names.sort();
-    names
-}
-
-/// Waits until the Deployment has `size` replicas, `size` Pods run, and status.nodes
-/// names exactly them with Available=True.
-fn converged(ns: &str, name: &str, size: usize) -> Result<Value> {
-    eventually(&format!("{name} converged at {size}"), WAIT, || {
-        let d = get_json(&["deployment", name, "-n", ns]).ok_or_else(|| anyhow!("no deployment"))?;
-        if d["spec"]["replicas"] != size {
-            bail!("deployment replicas {}", d["spec"]["replicas"]);
-        }
-        let pods = running_pods(ns, name);
-        let mc = get_json(&["memcached", name, "-n", ns]).ok_or_else(|| anyhow!("no memcached"))?;
-        let nodes: Vec<String> = serde_json::from_value(mc["status"]["nodes"].clone()).unwrap_or_default();
-        let available = mc["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Available" && c["status"] == "True");
-        if pods.len() == size && nodes == pods && available {
-            Ok(d)
-        } else {
-            bail!("pods {pods:?}, status.nodes {nodes:?}, available {available}")
-        }
-    })
 }
 
 #[test]

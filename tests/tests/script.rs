@@ -4,9 +4,10 @@
 //! broken edit rejected while the previous script serves; and its admission webhooks.
 
 use anyhow::{Result, anyhow, bail};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use wasmop_e2e::memcached::converged;
 use wasmop_e2e::*;
 
 const CRD: &str = include_str!("../../deploy/crds/memcached.yaml");
@@ -47,41 +48,6 @@ fn edit_script(ns: &str, script: &str) -> Result<()> {
     let patch = json!({"data": {format!("{PLUGIN}.js"): script}}).to_string();
     kubectl(&["-n", ns, "patch", "configmap", "scripts", "--type=merge", "-p", &patch]).map_err(|e| anyhow!(e))?;
     Ok(())
-}
-
-fn running_pods(ns: &str, name: &str) -> Vec<String> {
-    let pods = get_json(&["pods", "-n", ns, "-l", &format!("app.kubernetes.io/instance={name}")]).unwrap_or_default();
-    let mut names: Vec<String> = pods["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
-        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
-        .collect();
-    names.sort();
-    names
-}
-
-/// The Deployment has `size` replicas, `size` Pods run, status.nodes names exactly
-/// them, and Available is True.
-fn converged(ns: &str, name: &str, size: usize) -> Result<Value> {
-    eventually(&format!("{name} converged at {size}"), WAIT, || {
-        let d = get_json(&["deployment", name, "-n", ns]).ok_or_else(|| anyhow!("no deployment"))?;
-        if d["spec"]["replicas"] != size {
-            bail!("deployment replicas {}", d["spec"]["replicas"]);
-        }
-        let pods = running_pods(ns, name);
-        let mc = get_json(&["memcached", name, "-n", ns]).ok_or_else(|| anyhow!("no memcached"))?;
-        let nodes: Vec<String> = serde_json::from_value(mc["status"]["nodes"].clone()).unwrap_or_default();
-        let available = mc["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
-            c["type"] == "Available" && c["status"] == "True" && c["message"] == format!("{size}/{size} Pods ready")
-        });
-        if pods.len() == size && nodes == pods && available {
-            Ok(d)
-        } else {
-            bail!("pods {pods:?}, status.nodes {nodes:?}, available {available}")
-        }
-    })
 }
 
 /// The memcached container's first argument (its memory size) in the Deployment.

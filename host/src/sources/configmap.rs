@@ -213,6 +213,10 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
 
+    fn ceilings() -> Ceilings {
+        Ceilings { deadline: std::time::Duration::from_secs(60), memory_bytes: 1 << 30, fuel: None, max_instances: 4 }
+    }
+
     #[test]
     fn scripts_are_plugins_in_data_or_binary_data_and_components_only_in_binary_data() {
         let mut cm = ConfigMap::default();
@@ -227,12 +231,7 @@ mod tests {
             .into(),
         );
         cm.binary_data = Some([("packed.js.gz".to_string(), ByteString(vec![0x1f, 0x8b]))].into());
-        let ceilings = Ceilings {
-            deadline: std::time::Duration::from_secs(60),
-            memory_bytes: 1 << 30,
-            fuel: None,
-            max_instances: 4,
-        };
+        let ceilings = ceilings();
         let mut found = plugins_of(&cm, &Limits::default(), &ceilings);
         found.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         let got: Vec<_> = found.iter().map(|(s, _, _)| (s.name.as_str(), s.format, s.settings.as_str())).collect();
@@ -260,12 +259,7 @@ mod tests {
             .into(),
         );
         cm.data = Some([("probe.settings.yaml".to_string(), "namespace: x".to_string())].into());
-        let ceilings = Ceilings {
-            deadline: std::time::Duration::from_secs(60),
-            memory_bytes: 1 << 30,
-            fuel: None,
-            max_instances: 4,
-        };
+        let ceilings = ceilings();
         let mut found = plugins_of(&cm, &Limits::default(), &ceilings);
         found.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         assert_eq!(found.len(), 2);
@@ -291,12 +285,7 @@ mod tests {
     #[tokio::test]
     async fn removals_name_the_configmap_they_come_from() {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let ceilings = Ceilings {
-            deadline: std::time::Duration::from_secs(60),
-            memory_bytes: 1 << 30,
-            fuel: None,
-            max_instances: 4,
-        };
+        let ceilings = ceilings();
         let src = ConfigMapSource::new(kube::Client::try_from(config).unwrap(), vec![], Limits::default(), ceilings);
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some("b".into());
