@@ -10,6 +10,9 @@
 //   export function manifest(settings: any): Manifest { ... }
 //   export function reconcile(request: Request): Action | null { ... }
 //
+// Any export may be async (return a Promise): host calls are synchronous, so an
+// `await` of one resolves at once, and the engine settles the promise before it answers.
+//
 // Compile TypeScript to one ES module (`tsc --target es2020 --module es2020`, or
 // esbuild) and deploy the .js: the host runs scripts, not TypeScript.
 

@@ -67,3 +67,52 @@ fn broken_scripts_are_refused_saying_where() -> Result<()> {
     refused("export function manifest() { for (;;) {} }\n", &["deadline"])?;
     Ok(())
 }
+
+/// An async `reconcile` (TypeScript authors write them) runs to its end: host calls are
+/// synchronous, so each `await` resolves at once, and the engine settles the promise
+/// before it answers. A rejected promise is the reconcile's error.
+#[test]
+#[ignore = "runs the JavaScript engine (make e2e)"]
+fn async_exports_run_to_their_end() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let script = r#"
+const CM = { apiVersion: "v1", kind: "ConfigMap" };
+export async function manifest() {
+  return { name: "a", version: "1", primary: CM, owns: [CM], permissions: [{ kind: CM, verbs: ["create"] }] };
+}
+export async function reconcile({ object, current }) {
+  if (current.data.fail) throw new ReconcileError("failed after an await", { retry: false });
+  const copy = await Promise.resolve({ ...CM, metadata: { name: object.name + "-copy", namespace: object.namespace } });
+  await cluster.create(copy);
+  events.normal(object, "Copied", "after two awaits");
+  return { requeueAfterMs: 5000 };
+}
+"#;
+    std::fs::write(dir.path().join("async.js"), script)?;
+    let object = |data: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c, namespace: default}}\ndata: {{{data}}}\n")
+    };
+    std::fs::write(dir.path().join("ok.yaml"), object("a: b"))?;
+    std::fs::write(dir.path().join("fail.yaml"), object("fail: \"yes\""))?;
+    std::fs::write(
+        dir.path().join("expect.yaml"),
+        "result: {ok: {requeueAfterMs: 5000}}\nwrites: [{create: {metadata: {name: c-copy}}}]\nevents: [{reason: Copied}]\n",
+    )?;
+    let run = |object: &str, expect: bool| -> Result<(bool, String)> {
+        let mut cmd = Command::new(wasmop_bin());
+        cmd.current_dir(dir.path()).args(["reconcile", "async.js", "--object", object]);
+        if expect {
+            cmd.args(["--expect", "expect.yaml"]);
+        }
+        let out = cmd.output()?;
+        Ok((
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        ))
+    };
+    let (ok, text) = run("ok.yaml", true)?;
+    assert!(ok && text.contains("as expected"), "{text}");
+    let (ok, text) = run("fail.yaml", false)?;
+    assert!(!ok && text.contains("failed after an await") && text.contains("retry: false"), "{text}");
+    Ok(())
+}

@@ -14,8 +14,9 @@ use std::cell::RefCell;
 struct Script {
     ctx: Context,
     exports: JsObject,
-    /// The prelude's `__wasmop_call`.
+    /// The prelude's `__wasmop_call` and `__wasmop_settled`.
     call: JsObject,
+    settled: JsObject,
 }
 
 thread_local! {
@@ -48,19 +49,13 @@ pub fn call_text(name: &str, args: &str) -> Result<Outcome, String> {
             JsValue::from(JsString::from(name)),
             JsValue::from(JsString::from(args)),
         ];
-        let answer = script
-            .call
-            .call(&JsValue::undefined(), &argv, &mut script.ctx)
-            .map_err(|e| format!("{name}: {e}"))?
-            .to_string(&mut script.ctx)
-            .map_err(|e| format!("{name}: {e}"))?
-            .to_std_string_escaped();
-        let answer: Value = serde_json::from_str(&answer).map_err(|e| format!("{name}: bad answer: {e}"))?;
+        let mut answer = script.answer(&script.call.clone(), &argv).map_err(|e| format!("{name}: {e}"))?;
+        if answer.get("pending").is_some() {
+            script.ctx.run_jobs().map_err(|e| format!("{name}: {e}"))?;
+            answer = script.answer(&script.settled.clone(), &[]).map_err(|e| format!("{name}: {e}"))?;
+        }
         Ok(match answer {
-            Value::Object(mut m) if m.contains_key("missing") => {
-                let _ = m.remove("missing");
-                Outcome::Missing
-            }
+            Value::Object(m) if m.contains_key("missing") => Outcome::Missing,
             Value::Object(mut m) if m.contains_key("threw") => Outcome::Threw {
                 message: m.remove("threw").and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
                 retry: m.get("retry").and_then(Value::as_bool).unwrap_or(true),
@@ -71,18 +66,33 @@ pub fn call_text(name: &str, args: &str) -> Result<Outcome, String> {
     })
 }
 
+impl Script {
+    /// Calls one of the prelude's functions; its answer is JSON text.
+    fn answer(&mut self, f: &JsObject, argv: &[JsValue]) -> Result<Value, String> {
+        let text = f
+            .call(&JsValue::undefined(), argv, &mut self.ctx)
+            .and_then(|v| v.to_string(&mut self.ctx))
+            .map_err(|e| e.to_string())?
+            .to_std_string_escaped();
+        serde_json::from_str(&text).map_err(|e| format!("bad answer: {e}"))
+    }
+}
+
 fn evaluate() -> Result<Script, String> {
     let (file, text) = crate::wasmop::operator::script::source();
     let file = if file.is_empty() { "plugin.js".to_owned() } else { file };
     let mut ctx = Context::default();
     crate::bridge::install(&mut ctx).map_err(|e| format!("engine: {e}"))?;
     ctx.eval(Source::from_bytes(include_str!("prelude.js"))).map_err(|e| format!("engine prelude: {e}"))?;
-    let call = ctx
-        .global_object()
-        .get(js_string!("__wasmop_call"), &mut ctx)
-        .ok()
-        .and_then(|v| v.as_object())
-        .ok_or("engine prelude: no __wasmop_call")?;
+    let global = |name: JsString, ctx: &mut Context| {
+        ctx.global_object()
+            .get(name.clone(), ctx)
+            .ok()
+            .and_then(|v| v.as_object())
+            .ok_or_else(|| format!("engine prelude: no {}", name.to_std_string_escaped()))
+    };
+    let call = global(js_string!("__wasmop_call"), &mut ctx)?;
+    let settled = global(js_string!("__wasmop_settled"), &mut ctx)?;
     let source = Source::from_bytes(text.as_bytes()).with_path(std::path::Path::new(&file));
     let module = Module::parse(source, None, &mut ctx).map_err(|e| format!("{file}: {e}"))?;
     let done = module.load_link_evaluate(&mut ctx);
@@ -100,5 +110,5 @@ fn evaluate() -> Result<Script, String> {
         PromiseState::Pending => return Err(format!("{file}: top-level await never settled")),
     }
     let exports = module.namespace(&mut ctx);
-    Ok(Script { ctx, exports, call })
+    Ok(Script { ctx, exports, call, settled })
 }

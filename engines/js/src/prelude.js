@@ -91,19 +91,40 @@
     error: (...a) => log.error(text(a)),
   });
 
+  function threw(e) {
+    const message = e instanceof Error ? (e.name === "Error" ? e.message : `${e.name}: ${e.message}`) : String(e);
+    const retry = e instanceof ReconcileError ? e.retry : !(e instanceof ClusterError && (e.reason === "Forbidden" || e.reason === "Invalid"));
+    return JSON.stringify({ threw: message, retry });
+  }
+  const returned = (r) => JSON.stringify({ ok: r === undefined ? null : r });
+
+  // An async export's answer, once the engine has run the promise jobs.
+  let settled = null;
+
   // What the engine calls: one exported function, with JSON arguments, answered as
-  // JSON: {ok: value}, {threw: message, retry}, or {missing: true}.
+  // JSON: {ok: value}, {threw: message, retry}, {missing: true}, or {pending: true}
+  // for a promise (an async function): the engine runs its jobs, which settle it
+  // (host calls are synchronous, so an `await` of one resolves at once), and asks
+  // __wasmop_settled for the answer.
   function wasmopCall(exports, name, args) {
     const f = exports[name];
     if (typeof f !== "function") return JSON.stringify({ missing: true });
     try {
       const r = f(...JSON.parse(args));
-      return JSON.stringify({ ok: r === undefined ? null : r });
+      if (r instanceof Promise) {
+        settled = null;
+        r.then((v) => (settled = returned(v)), (e) => (settled = threw(e)));
+        return JSON.stringify({ pending: true });
+      }
+      return returned(r);
     } catch (e) {
-      const message = e instanceof Error ? (e.name === "Error" ? e.message : `${e.name}: ${e.message}`) : String(e);
-      const retry = e instanceof ReconcileError ? e.retry : !(e instanceof ClusterError && (e.reason === "Forbidden" || e.reason === "Invalid"));
-      return JSON.stringify({ threw: message, retry });
+      return threw(e);
     }
+  }
+  function wasmopSettled() {
+    const s = settled;
+    settled = null;
+    return s === null ? JSON.stringify({ threw: "the promise it returned never settled", retry: true }) : s;
   }
 
   const g = globalThis;
@@ -111,4 +132,5 @@
     Object.defineProperty(g, k, { value: v, writable: false, enumerable: false, configurable: false });
   }
   Object.defineProperty(g, "__wasmop_call", { value: wasmopCall, writable: false, enumerable: false });
+  Object.defineProperty(g, "__wasmop_settled", { value: wasmopSettled, writable: false, enumerable: false });
 })(__wasmop_host);
