@@ -466,4 +466,31 @@ pub mod memcached {
             }
         })
     }
+
+    /// Sets the Memcached's `spec.image` and waits until its Deployment runs that image.
+    pub fn follows_the_image(ns: &str, name: &str, image: &str) -> Result<()> {
+        let patch = serde_json::json!({"spec": {"image": image}}).to_string();
+        super::kubectl(&["-n", ns, "patch", "memcached", name, "--type=merge", "-p", &patch])
+            .map_err(|e| anyhow!(e))?;
+        eventually("the Deployment follows the image", Duration::from_secs(60), || {
+            let d = get_json(&["deployment", name, "-n", ns]).ok_or_else(|| anyhow!("no deployment"))?;
+            let img = &d["spec"]["template"]["spec"]["containers"][0]["image"];
+            if img == image { Ok(()) } else { bail!("image {img}") }
+        })
+    }
+
+    /// Deletes the Memcached and waits for it to go: the finalizer records a `Deleting`
+    /// Event, and the Deployment is garbage-collected.
+    pub fn deleted_with_its_deployment(ns: &str, name: &str) -> Result<()> {
+        super::kubectl(&["-n", ns, "delete", "memcached", name, "--wait=true", "--timeout=60s"])
+            .map_err(|e| anyhow!(e))?;
+        let events = super::kubectl(&["-n", ns, "get", "events", "--field-selector", "reason=Deleting", "-o", "name"])
+            .map_err(|e| anyhow!(e))?;
+        if events.trim().is_empty() {
+            bail!("the finalizer recorded no Deleting Event");
+        }
+        eventually("the Deployment is garbage-collected", Duration::from_secs(60), || {
+            if get_json(&["deployment", name, "-n", ns]).is_some() { bail!("still there") } else { Ok(()) }
+        })
+    }
 }

@@ -3,7 +3,7 @@
 use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
 use std::time::Duration;
-use wasmop_e2e::memcached::converged;
+use wasmop_e2e::memcached::{self, converged};
 use wasmop_e2e::*;
 
 const CRD: &str = include_str!("../../deploy/crds/memcached.yaml");
@@ -41,22 +41,7 @@ fn size_scale_hand_edit_image_and_delete() -> Result<()> {
     })?;
     converged(&ns.0, "cache", 1)?;
 
-    kubectl(&[
-        "-n",
-        &ns.0,
-        "patch",
-        "memcached",
-        "cache",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"image":"memcached:1.6.9"}}"#,
-    ])
-    .map_err(|e| anyhow!(e))?;
-    eventually("the Deployment follows the image", WAIT, || {
-        let d = get_json(&["deployment", "cache", "-n", &ns.0]).unwrap();
-        let img = &d["spec"]["template"]["spec"]["containers"][0]["image"];
-        if img == "memcached:1.6.9" { Ok(()) } else { bail!("image {img}") }
-    })?;
+    memcached::follows_the_image(&ns.0, "cache", "memcached:1.6.9")?;
 
     // What an operator sees: metrics, readiness, and what is serving.
     let (code, metrics) = host.http_get("/metrics")?;
@@ -81,12 +66,7 @@ fn size_scale_hand_edit_image_and_delete() -> Result<()> {
     let describe = kubectl(&["-n", &ns.0, "describe", "memcached", "cache"]).unwrap();
     assert!(describe.contains("Created") && describe.contains("Scaled"), "events visible in describe:\n{describe}");
 
-    kubectl(&["-n", &ns.0, "delete", "memcached", "cache", "--wait=true", "--timeout=60s"]).map_err(|e| anyhow!(e))?;
-    let events = kubectl(&["-n", &ns.0, "get", "events", "--field-selector", "reason=Deleting", "-o", "name"]).unwrap();
-    assert!(!events.trim().is_empty(), "the finalizer recorded an Event");
-    eventually("the Deployment is garbage-collected", WAIT, || {
-        if get_json(&["deployment", "cache", "-n", &ns.0]).is_some() { bail!("still there") } else { Ok(()) }
-    })?;
+    memcached::deleted_with_its_deployment(&ns.0, "cache")?;
     drop(host);
     Ok(())
 }

@@ -7,7 +7,7 @@ use anyhow::{Result, anyhow, bail};
 use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use wasmop_e2e::memcached::converged;
+use wasmop_e2e::memcached::{self, converged};
 use wasmop_e2e::*;
 
 const CRD: &str = include_str!("../../deploy/crds/memcached.yaml");
@@ -74,22 +74,7 @@ fn the_js_memcached_converges_scales_reloads_refuses_a_broken_edit_and_cleans_up
     assert_eq!(d["metadata"]["labels"]["app.kubernetes.io/instance"], "cache", "per-CR labels");
     apply(&memcached(&ns.0, "cache", 1)).map_err(|e| anyhow!(e))?;
     converged(&ns.0, "cache", 1)?;
-    kubectl(&[
-        "-n",
-        &ns.0,
-        "patch",
-        "memcached",
-        "cache",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"image":"memcached:1.6.9"}}"#,
-    ])
-    .map_err(|e| anyhow!(e))?;
-    eventually("the Deployment follows the image", WAIT, || {
-        let d = get_json(&["deployment", "cache", "-n", &ns.0]).unwrap();
-        let img = &d["spec"]["template"]["spec"]["containers"][0]["image"];
-        if img == "memcached:1.6.9" { Ok(()) } else { bail!("image {img}") }
-    })?;
+    memcached::follows_the_image(&ns.0, "cache", "memcached:1.6.9")?;
 
     // Every request the script made was made as its own ServiceAccount.
     let log = audit_log();
@@ -140,12 +125,7 @@ fn the_js_memcached_converges_scales_reloads_refuses_a_broken_edit_and_cleans_up
     let (_, plugins) = host.http_get("/plugins")?;
     assert!(plugins.contains(PLUGIN), "{plugins}");
 
-    kubectl(&["-n", &ns.0, "delete", "memcached", "cache", "--wait=true", "--timeout=60s"]).map_err(|e| anyhow!(e))?;
-    let events = kubectl(&["-n", &ns.0, "get", "events", "--field-selector", "reason=Deleting", "-o", "name"]).unwrap();
-    assert!(!events.trim().is_empty(), "the finalizer recorded an Event");
-    eventually("the Deployment is garbage-collected", WAIT, || {
-        if get_json(&["deployment", "cache", "-n", &ns.0]).is_some() { bail!("still there") } else { Ok(()) }
-    })?;
+    memcached::deleted_with_its_deployment(&ns.0, "cache")?;
     Ok(())
 }
 

@@ -66,19 +66,20 @@ pub fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
             .to_owned();
         plugins.push((name, bytes));
     }
-    let mut settings = std::collections::BTreeMap::new();
+    // The ConfigMap's `data`: settings documents and scripts, as text.
+    let mut data = std::collections::BTreeMap::new();
     let mut annotations_sha = Vec::new();
     for s in &args.settings {
         let (name, file) = s.split_once('=').with_context(|| format!("--settings {s}: expected NAME=FILE"))?;
         let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?;
-        settings.insert(format!("{name}.settings.yaml"), text);
+        data.insert(format!("{name}.settings.yaml"), text);
     }
     for (key, (name, text)) in &scripts {
         annotations_sha.push((name.clone(), hex::encode(Sha256::digest(text.as_bytes()))));
-        settings.insert(key.clone(), text.clone());
+        data.insert(key.clone(), text.clone());
     }
     let plain: usize =
-        plugins.iter().map(|(_, b)| b.len()).sum::<usize>() + settings.values().map(String::len).sum::<usize>();
+        plugins.iter().map(|(_, b)| b.len()).sum::<usize>() + data.values().map(String::len).sum::<usize>();
     let compress = match args.gzip {
         Gzip::Always => true,
         Gzip::Never => false,
@@ -93,7 +94,7 @@ pub fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     for (name, sha) in annotations_sha {
         annotations.insert(format!("wasmop.io/sha256.{name}"), sha.into());
     }
-    let mut total = settings.values().map(String::len).sum::<usize>();
+    let mut total = data.values().map(String::len).sum::<usize>();
     for (name, bytes) in &plugins {
         annotations.insert(format!("wasmop.io/sha256.{name}"), hex::encode(Sha256::digest(bytes)).into());
         let (key, data) =
@@ -119,8 +120,8 @@ pub fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     }
     let mut cm =
         serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "binaryData": binary});
-    if !settings.is_empty() {
-        cm["data"] = serde_json::to_value(settings)?;
+    if !data.is_empty() {
+        cm["data"] = serde_json::to_value(data)?;
     }
     print!("{}", serde_yaml::to_string(&cm)?);
     Ok(ExitCode::SUCCESS)
