@@ -117,6 +117,28 @@ def control_plane_on(cores):
             subprocess.run(["taskset", "-a", "-p", "-c", every, str(p)], capture_output=True)
 
 
+def cpu_ticks(cpu):
+    """The /proc/stat times of one core so far: (all, steal), in ticks."""
+    for line in open("/proc/stat"):
+        if line.startswith(f"cpu{cpu} "):
+            v = [int(x) for x in line.split()[1:]]
+            return sum(v[:8]), v[7]
+    return 0, 0
+
+
+@contextlib.contextmanager
+def steal_on(cpu, into):
+    """Appends to `into` the share of core `cpu`'s time that the hypervisor took for
+    other guests (steal) while the block ran. On a shared VM that time is lost to
+    whatever runs on the core: a run with much steal measures the neighbours, not us."""
+    all0, steal0 = cpu_ticks(cpu)
+    try:
+        yield
+    finally:
+        all1, steal1 = cpu_ticks(cpu)
+        into.append((steal1 - steal0) / max(all1 - all0, 1))
+
+
 def cpu_seconds(pid):
     """User and system CPU time of process `pid` so far (all its threads)."""
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()

@@ -4,7 +4,7 @@
 //!
 //!   admission_load certs DIR                  write a CA + serving cert for 127.0.0.1
 //!   admission_load run URL CA_FILE CONNS SECS [RATE | poisson:RATE]
-//!                                             print "reviews/s p50_ms p99_ms errors"
+//!                                             print "reviews/s p50_ms p99_ms errors p99.9_ms max_ms"
 //!
 //! Without RATE each connection sends its next review as soon as the last is answered
 //! (closed loop): the throughput a host sustains, with latency that is mostly waiting
@@ -16,7 +16,8 @@
 //! cannot hide its backlog (coordinated omission).
 //!
 //! ADMISSION_LOAD_DUMP=FILE also writes each review's send time (s from the start) and
-//! latency (ms), one per line: where in a run the slow ones fall.
+//! latency (ms), one per line after a `# start UNIX_TIME` line: where in a run the slow
+//! ones fall (`scripts/admission-stalls.py` groups them into stalls).
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -200,9 +201,12 @@ async fn main() {
             }
             let elapsed = start.elapsed().as_secs_f64();
             if let Ok(path) = std::env::var("ADMISSION_LOAD_DUMP") {
-                let text: String = all
-                    .iter()
-                    .map(|(f, d)| format!("{:.6} {:.6}\n", (*f - start).as_secs_f64(), d.as_secs_f64() * 1e3))
+                // The start as Unix time, to line the slow reviews up with the host's log.
+                let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap() - start.elapsed();
+                let head = format!("# start {:.6}\n", unix.as_secs_f64());
+                let text: String = std::iter::once(head)
+                    .chain(all.iter()
+                    .map(|(f, d)| format!("{:.6} {:.6}\n", (*f - start).as_secs_f64(), d.as_secs_f64() * 1e3)))
                     .collect();
                 std::fs::write(path, text).unwrap();
             }
@@ -210,7 +214,17 @@ async fn main() {
             all.sort();
             let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied();
             let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0).unwrap_or(f64::NAN);
-            println!("{:.0} {:.3} {:.3} {}", all.len() as f64 / elapsed, ms(pct(0.5)), ms(pct(0.99)), errors);
+            // p99.9 and the slowest review too: the slowest is the longest the host kept
+            // any review waiting (a stall), which p99 alone hides when it is short.
+            println!(
+                "{:.0} {:.3} {:.3} {} {:.3} {:.3}",
+                all.len() as f64 / elapsed,
+                ms(pct(0.5)),
+                ms(pct(0.99)),
+                errors,
+                ms(pct(0.999)),
+                ms(all.last().copied())
+            );
         }
         _ => eprintln!("usage: admission_load certs DIR | run URL CA CONNS SECS [RATE]"),
     }
