@@ -202,11 +202,14 @@ async fn main() {
             let elapsed = start.elapsed().as_secs_f64();
             if let Ok(path) = std::env::var("ADMISSION_LOAD_DUMP") {
                 // The start as Unix time, to line the slow reviews up with the host's log.
-                let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap() - start.elapsed();
+                let unix =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap() - start.elapsed();
                 let head = format!("# start {:.6}\n", unix.as_secs_f64());
                 let text: String = std::iter::once(head)
-                    .chain(all.iter()
-                    .map(|(f, d)| format!("{:.6} {:.6}\n", (*f - start).as_secs_f64(), d.as_secs_f64() * 1e3)))
+                    .chain(
+                        all.iter()
+                            .map(|(f, d)| format!("{:.6} {:.6}\n", (*f - start).as_secs_f64(), d.as_secs_f64() * 1e3)),
+                    )
                     .collect();
                 std::fs::write(path, text).unwrap();
             }

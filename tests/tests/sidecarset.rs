@@ -157,6 +157,26 @@ fn injects_defaults_validates_and_counts() -> Result<()> {
         ("x", with(&|s| s["updateStrategy"] = json!({"partition": -2})), "spec.updateStrategy.partition"),
         ("x", with(&|s| s["updateStrategy"] = json!({"maxUnavailable": "x%"})), "spec.updateStrategy.maxUnavailable"),
         (
+            "x",
+            with(&|s| {
+                s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["w"]}]})
+            }),
+            "spec.selector.matchExpressions[0].operator: \"Equals\" is not a valid selector operator",
+        ),
+        (
+            "x",
+            with(&|s| {
+                s["namespace"] = json!("default");
+                s["namespaceSelector"] = json!({"matchLabels": {"env": "prod"}});
+            }),
+            "namespace and namespaceSelector are mutually exclusive",
+        ),
+        (
+            "x",
+            with(&|s| s["updateStrategy"] = json!({"partition": 1, "selector": {"matchLabels": {"canary": "y"}}})),
+            "partition and selector cannot be used together",
+        ),
+        (
             "b",
             with(&|s| s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]})),
             "also injected by SidecarSet",

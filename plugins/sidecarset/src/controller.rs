@@ -40,7 +40,10 @@ impl Reconciler for SidecarSetController {
         let Some(selector) = ss.spec.selector.as_ref().filter(|s| !scope::is_empty(s)) else {
             return Err(ReconcileError::permanent("spec.selector is empty; nothing is selected"));
         };
-        let mut params = ListParams { label_selector: Some(scope::to_query(selector)), ..Default::default() };
+        let Some(query) = scope::to_query(selector) else {
+            return Err(ReconcileError::permanent("spec.selector has an invalid operator; nothing is selected"));
+        };
+        let mut params = ListParams { label_selector: Some(query), ..Default::default() };
         params.namespace = ss.spec.namespace.clone();
         let pods = ctx.list(&KindRef::new("v1", "Pod"), &params)?;
         let ns_labels: BTreeMap<String, BTreeMap<String, String>> = if ss.spec.namespace_selector.is_some() {
@@ -162,13 +165,14 @@ fn report(ctx: &Context<'_>, req: &Request, done: &[String]) {
 }
 
 /// An int, or a percentage of `total` rounded up (as Kubernetes does for maxUnavailable).
+/// A percentage over 100 (valid, as in Kruise) counts as all of `total`, never overflows.
 fn scaled(v: Option<&IntOrString>, total: i32, default: i32) -> i32 {
     match v {
         None => default,
         Some(IntOrString::Int(i)) => *i,
         Some(IntOrString::String(s)) => {
-            let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(0);
-            (total * pct + 99) / 100
+            let pct: i64 = s.trim_end_matches('%').parse::<u32>().map_or(0, |p| i64::from(p.min(100)));
+            ((i64::from(total) * pct + 99) / 100) as i32
         }
     }
 }

@@ -11,6 +11,10 @@ enum Req {
     NotIn(BTreeSet<String>),
     Exists,
     DoesNotExist,
+    /// An operator Kubernetes does not know (`Equals`): the validating webhook refuses
+    /// it, and a SidecarSet stored before that matches no Pod by it, as in Kruise (its
+    /// selector does not parse) — never the Pods that lack the label.
+    Invalid,
 }
 
 fn reqs(sel: &LabelSelector) -> Vec<(String, Req)> {
@@ -22,7 +26,8 @@ fn reqs(sel: &LabelSelector) -> Vec<(String, Req)> {
             "In" => Req::In(vals),
             "NotIn" => Req::NotIn(vals),
             "Exists" => Req::Exists,
-            _ => Req::DoesNotExist,
+            "DoesNotExist" => Req::DoesNotExist,
+            _ => Req::Invalid,
         };
         out.push((key.clone(), r));
     }
@@ -38,6 +43,7 @@ pub fn matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
         (Req::NotIn(_), None) => true,
         (Req::Exists, v) => v.is_some(),
         (Req::DoesNotExist, v) => v.is_none(),
+        (Req::Invalid, _) => false,
     })
 }
 
@@ -103,8 +109,9 @@ pub fn selects(
     spec.selector.as_ref().is_some_and(|s| !is_empty(s) && matches(s, labels))
 }
 
-/// The selector as a list call's label selector string.
-pub fn to_query(sel: &LabelSelector) -> String {
+/// The selector as a list call's label selector string; None if it has an operator
+/// Kubernetes does not know (it selects nothing, see [`Req::Invalid`]).
+pub fn to_query(sel: &LabelSelector) -> Option<String> {
     let mut parts = Vec::new();
     for (k, r) in reqs(sel) {
         let join = |v: &BTreeSet<String>| v.iter().cloned().collect::<Vec<_>>().join(",");
@@ -114,9 +121,10 @@ pub fn to_query(sel: &LabelSelector) -> String {
             Req::NotIn(v) => format!("{k} notin ({})", join(&v)),
             Req::Exists => k,
             Req::DoesNotExist => format!("!{k}"),
+            Req::Invalid => return None,
         });
     }
-    parts.join(",")
+    Some(parts.join(","))
 }
 
 #[cfg(test)]
@@ -151,6 +159,7 @@ mod tests {
         assert!(!overlap(&web, &not_web));
         assert!(overlap(&db, &not_web));
         assert!(overlap(&web, &tier), "different keys can both hold");
-        assert_eq!(to_query(&sel(&[("app", "web")], &[("env", "In", &["a", "b"])])), "app=web,env in (a,b)");
+        assert_eq!(to_query(&sel(&[("app", "web")], &[("env", "In", &["a", "b"])])).unwrap(), "app=web,env in (a,b)");
+        assert_eq!(to_query(&sel(&[("app", "web")], &[("env", "Equals", &["a"])])), None, "selects nothing");
     }
 }

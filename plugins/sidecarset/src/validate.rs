@@ -3,6 +3,7 @@
 use crate::defaults::{AFTER_APP, BEFORE_APP, NOT_UPDATE, ROLLING_UPDATE};
 use crate::scope;
 use crate::types::{SidecarContainer, SidecarSet};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeSet;
 
@@ -14,11 +15,13 @@ fn dns1123_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// A count or a percentage, as Kubernetes' `ValidatePositiveIntOrPercent` (and so Kruise)
+/// takes them: a percentage over 100 is accepted and means all.
 fn int_or_percent(field: &str, v: &Option<IntOrString>, errs: &mut Vec<String>) {
     match v {
         Some(IntOrString::Int(i)) if *i < 0 => errs.push(format!("{field}: must be a non-negative integer, got {i}")),
         Some(IntOrString::String(s)) => {
-            let ok = s.strip_suffix('%').and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n <= 100);
+            let ok = s.strip_suffix('%').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
             if !ok {
                 errs.push(format!("{field}: must be a non-negative integer or a percentage like \"10%\", got {s:?}"));
             }
@@ -32,6 +35,30 @@ fn one_of(field: &str, v: Option<&str>, allowed: &[&str], errs: &mut Vec<String>
         && !allowed.contains(&v)
     {
         errs.push(format!("{field}: unsupported value {v:?}, must be one of {}", allowed.join(", ")));
+    }
+}
+
+/// Kubernetes' label selector rules (`ValidateLabelSelector`), and Kruise's own: a
+/// SidecarSet's selectors may not be empty.
+fn selector(field: &str, sel: &LabelSelector, errs: &mut Vec<String>) {
+    if scope::is_empty(sel) {
+        errs.push(format!("{field}: must not be empty (an empty selector would select every Pod)"));
+    }
+    for (i, r) in sel.match_expressions.iter().flatten().enumerate() {
+        let f = format!("{field}.matchExpressions[{i}]");
+        let values = r.values.as_ref().is_some_and(|v| !v.is_empty());
+        match r.operator.as_str() {
+            "In" | "NotIn" if !values => {
+                errs.push(format!("{f}.values: must be specified when `operator` is 'In' or 'NotIn'"))
+            }
+            "Exists" | "DoesNotExist" if values => {
+                errs.push(format!("{f}.values: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            op => errs.push(format!(
+                "{f}.operator: {op:?} is not a valid selector operator, must be one of In, NotIn, Exists, DoesNotExist"
+            )),
+        }
     }
 }
 
@@ -79,10 +106,14 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
     }
     match &ss.spec.selector {
         None => errs.push("spec.selector: required".into()),
-        Some(s) if scope::is_empty(s) => {
-            errs.push("spec.selector: must not be empty (an empty selector would select every Pod)".into())
-        }
-        Some(_) => {}
+        Some(s) => selector("spec.selector", s, &mut errs),
+    }
+    match (&ss.spec.namespace, &ss.spec.namespace_selector) {
+        (Some(ns), Some(_)) if !ns.is_empty() => errs.push(
+            "spec.namespace, spec.namespaceSelector: namespace and namespaceSelector are mutually exclusive".into(),
+        ),
+        (_, Some(s)) => selector("spec.namespaceSelector", s, &mut errs),
+        _ => {}
     }
     if ss.spec.containers.is_empty() && ss.spec.init_containers.is_empty() {
         errs.push("spec.containers: at least one container or initContainer is required".into());
@@ -93,11 +124,49 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
     containers("containers", &ss.spec.containers, &volumes, &mut seen, &mut errs);
     let u = &ss.spec.update_strategy;
     one_of("spec.updateStrategy.type", u.type_.as_deref(), &[ROLLING_UPDATE, NOT_UPDATE], &mut errs);
-    int_or_percent("spec.updateStrategy.partition", &u.partition, &mut errs);
-    int_or_percent("spec.updateStrategy.maxUnavailable", &u.max_unavailable, &mut errs);
+    // Kruise checks the rest of the strategy only for RollingUpdate (the default).
+    if u.type_.as_deref().unwrap_or(ROLLING_UPDATE) == ROLLING_UPDATE {
+        let partitioned = match &u.partition {
+            Some(IntOrString::Int(i)) => *i != 0,
+            Some(IntOrString::String(_)) => true,
+            None => false,
+        };
+        if partitioned && u.selector.is_some() {
+            errs.push("spec.updateStrategy: partition and selector cannot be used together".into());
+        }
+        if let Some(s) = &u.selector {
+            selector("spec.updateStrategy.selector", s, &mut errs);
+        }
+        int_or_percent("spec.updateStrategy.partition", &u.partition, &mut errs);
+        int_or_percent("spec.updateStrategy.maxUnavailable", &u.max_unavailable, &mut errs);
+        // A native sidecar (an init container that keeps running) cannot be restarted in
+        // place with a new image, so Kruise refuses it with RollingUpdate.
+        for (i, c) in ss.spec.init_containers.iter().enumerate() {
+            if c.container.restart_policy.as_deref() == Some("Always") {
+                errs.push(format!(
+                    "spec.updateStrategy: initContainers[{i}] ({:?}) has restartPolicy Always, which cannot be updated in place; use updateStrategy.type NotUpdate",
+                    c.container.name
+                ));
+            }
+        }
+    }
+    let mut patched = BTreeSet::new();
     for (i, p) in ss.spec.patch_pod_metadata.iter().enumerate() {
-        let f = format!("spec.patchPodMetadata[{i}].patchPolicy");
-        one_of(&f, p.patch_policy.as_deref(), &["Retain", "Overwrite", "MergePatchJson"], &mut errs);
+        let f = format!("spec.patchPodMetadata[{i}]");
+        one_of(
+            &format!("{f}.patchPolicy"),
+            p.patch_policy.as_deref(),
+            &["Retain", "Overwrite", "MergePatchJson"],
+            &mut errs,
+        );
+        if p.annotations.is_empty() {
+            errs.push(format!("{f}.annotations: required (a patch without annotations patches nothing)"));
+        }
+        for k in p.annotations.keys() {
+            if !patched.insert(k.as_str()) {
+                errs.push(format!("{f}.annotations: {k:?} is already patched by an earlier entry"));
+            }
+        }
     }
     if let Some(old) = old {
         let before = names(old);

@@ -164,11 +164,117 @@ fn validation_names_the_field_and_the_rule() {
             "spec.containers[0].volumeMounts[0].name: volume \"nope\" is not declared",
         ),
         (with(&|s| s["updateStrategy"] = json!({"partition": -1})), "spec.updateStrategy.partition"),
-        (with(&|s| s["updateStrategy"] = json!({"maxUnavailable": "150%"})), "spec.updateStrategy.maxUnavailable"),
+        (with(&|s| s["updateStrategy"] = json!({"maxUnavailable": "half"})), "spec.updateStrategy.maxUnavailable"),
+        // Kubernetes' label selector rules, on every selector of the SidecarSet.
+        (
+            with(&|s| {
+                s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["web"]}]})
+            }),
+            "spec.selector.matchExpressions[0].operator: \"Equals\" is not a valid selector operator",
+        ),
+        (
+            with(&|s| s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "In"}]})),
+            "spec.selector.matchExpressions[0].values: must be specified",
+        ),
+        (
+            with(&|s| {
+                s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]})
+            }),
+            "spec.selector.matchExpressions[0].values: may not be specified",
+        ),
+        (
+            with(&|s| s["namespaceSelector"] = json!({"matchExpressions": [{"key": "env", "operator": "Is"}]})),
+            "spec.namespaceSelector.matchExpressions[0].operator",
+        ),
+        (
+            with(&|s| {
+                s["updateStrategy"] = json!({"selector": {"matchExpressions": [{"key": "c", "operator": "Has"}]}})
+            }),
+            "spec.updateStrategy.selector.matchExpressions[0].operator",
+        ),
+        (with(&|s| s["updateStrategy"] = json!({"selector": {}})), "spec.updateStrategy.selector: must not be empty"),
+        // Kruise's own rules.
+        (
+            with(&|s| {
+                s["namespace"] = json!("prod");
+                s["namespaceSelector"] = json!({"matchLabels": {"env": "prod"}});
+            }),
+            "namespace and namespaceSelector are mutually exclusive",
+        ),
+        (
+            with(&|s| s["updateStrategy"] = json!({"partition": 1, "selector": {"matchLabels": {"canary": "true"}}})),
+            "spec.updateStrategy: partition and selector cannot be used together",
+        ),
+        (
+            with(&|s| s["initContainers"] = json!([{"name": "native", "image": "x:1", "restartPolicy": "Always"}])),
+            "spec.updateStrategy: initContainers[0] (\"native\") has restartPolicy Always",
+        ),
+        (
+            with(&|s| s["patchPodMetadata"] = json!([{"annotations": {"team": "a"}}, {"annotations": {"team": "b"}}])),
+            "spec.patchPodMetadata[1].annotations: \"team\" is already patched",
+        ),
+        (
+            with(&|s| s["patchPodMetadata"] = json!([{"annotations": {}}])),
+            "spec.patchPodMetadata[0].annotations: required",
+        ),
     ];
     for (obj, want) in cases {
         let msg = denial(&fake, obj.clone(), None);
         assert!(msg.contains(want), "want {want:?} in {msg:?}");
+    }
+}
+
+/// A change to a SidecarSet's spec.
+type Edit = fn(&mut Value);
+
+#[test]
+fn validation_accepts_what_kruise_accepts() {
+    let fake = FakeCluster::new();
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut s = two_sidecars();
+        f(&mut s);
+        let obj = review(&fake, DEFAULT, Operation::Create, None, sidecarset("s", s), None).object.unwrap();
+        review(&fake, VALIDATE, Operation::Create, None, obj, None)
+    };
+    let cases: Vec<(&str, Edit)> = vec![
+        ("a percentage over 100 %", (|s| s["updateStrategy"] = json!({"maxUnavailable": "150%"}))),
+        (
+            "partition 0 beside a selector",
+            (|s| s["updateStrategy"] = json!({"partition": 0, "selector": {"matchLabels": {"canary": "true"}}})),
+        ),
+        (
+            "a native sidecar that is not updated in place",
+            (|s| {
+                s["initContainers"] = json!([{"name": "native", "image": "x:1", "restartPolicy": "Always"}]);
+                s["updateStrategy"] = json!({"type": "NotUpdate"});
+            }),
+        ),
+        (
+            "every valid operator",
+            (|s| {
+                s["selector"] = json!({"matchExpressions": [
+                {"key": "app", "operator": "In", "values": ["web"]}, {"key": "tier", "operator": "NotIn", "values": ["db"]},
+                {"key": "app", "operator": "Exists"}, {"key": "legacy", "operator": "DoesNotExist"}]})
+            }),
+        ),
+    ];
+    for (what, f) in cases {
+        let r = with(&f);
+        assert!(r.allowed, "{what}: refused with {:?}", r.status.map(|s| s.message));
+    }
+}
+
+#[test]
+fn an_unknown_selector_operator_stored_before_validation_selects_no_pod() {
+    // As Kruise, whose selector then does not parse: never the Pods without the label.
+    let fake = FakeCluster::new();
+    let mut spec = two_sidecars();
+    spec["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["web"]}]});
+    let o = review(&fake, DEFAULT, Operation::Create, None, sidecarset("bad", spec), None).object.unwrap();
+    fake.seed(o).unwrap();
+    for labels in [json!({"app": "web"}), json!({"app": "db"}), json!({})] {
+        let r = review(&fake, INJECT, Operation::Create, Some("default"), pod(labels.clone()), None);
+        assert!(r.allowed && r.patch.is_none(), "a Pod labelled {labels} was injected");
     }
 }
 
