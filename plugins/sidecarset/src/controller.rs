@@ -64,7 +64,7 @@ impl Reconciler for SidecarSetController {
                     serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
                 scope::selects(&ss.spec, ns, ns_labels.get(ns).unwrap_or(&empty), &labels)
                     && pod_hash(p, HASH, &name).is_some()
-                    && p["metadata"]["deletionTimestamp"].is_null()
+                    && active(p)
             })
             .collect();
         let updated = |p: &Value| pod_hash(p, HASH, &name).as_deref() == Some(hash.as_str());
@@ -86,9 +86,12 @@ impl Reconciler for SidecarSetController {
             return Ok(Action::done());
         }
         let total = matched.len() as i32;
-        let keep_old = scaled(s.partition.as_ref(), total, 0);
-        let max_unavailable = scaled(s.max_unavailable.as_ref(), total, 1).max(1);
-        let unavailable = matched.iter().filter(|p| !ready(p) || restarting(p, &ss)).count() as i32;
+        // As Kruise: the partition rounds down and maxUnavailable up; only Pods already
+        // updated and not (yet) available again count against maxUnavailable, so 0
+        // updates no Ready Pod, and a Pod that was unavailable anyway costs nothing.
+        let keep_old = scaled(s.partition.as_ref(), total, 0, false);
+        let max_unavailable = scaled(s.max_unavailable.as_ref(), total, 1, true);
+        let unavailable = matched.iter().filter(|p| updated(p) && (!ready(p) || restarting(p, &ss))).count() as i32;
         let already_new = matched.iter().filter(|p| updated(p)).count() as i32;
         let mut partition_left = total - keep_old - already_new;
         let mut availability_left = max_unavailable - unavailable;
@@ -164,17 +167,26 @@ fn report(ctx: &Context<'_>, req: &Request, done: &[String]) {
     ctx.event(&req.object, "SidecarUpdated", &message);
 }
 
-/// An int, or a percentage of `total` rounded up (as Kubernetes does for maxUnavailable).
-/// A percentage over 100 (valid, as in Kruise) counts as all of `total`, never overflows.
-fn scaled(v: Option<&IntOrString>, total: i32, default: i32) -> i32 {
+/// An int, or a percentage of `total` rounded up or down (Kubernetes'
+/// `GetValueFromIntOrPercent`). A percentage over 100 (valid, as in Kruise) counts as
+/// all of `total`, never overflows.
+fn scaled(v: Option<&IntOrString>, total: i32, default: i32, round_up: bool) -> i32 {
     match v {
         None => default,
         Some(IntOrString::Int(i)) => *i,
         Some(IntOrString::String(s)) => {
             let pct: i64 = s.trim_end_matches('%').parse::<u32>().map_or(0, |p| i64::from(p.min(100)));
-            ((i64::from(total) * pct + 99) / 100) as i32
+            let up = if round_up { 99 } else { 0 };
+            ((i64::from(total) * pct + up) / 100) as i32
         }
     }
+}
+
+/// A Pod that still runs or will (Kruise's `IsPodActive`): not being deleted, and not
+/// Succeeded or Failed, which a SidecarSet neither counts nor updates.
+fn active(p: &Value) -> bool {
+    p["metadata"]["deletionTimestamp"].is_null()
+        && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
 }
 
 fn ready(p: &Value) -> bool {

@@ -154,3 +154,67 @@ fn not_update_and_paused_leave_pods_alone() {
         assert_eq!(sidecar_images(&fake), ["busybox:1.36", "busybox:1.36"]);
     }
 }
+
+fn phase(fake: &FakeCluster, name: &str, phase: &str) {
+    fake.edit(&ObjectRef::new(&pod_kind(), Some("demo"), name), |p| p["status"]["phase"] = json!(phase)).unwrap();
+}
+
+fn new_images(fake: &FakeCluster) -> usize {
+    sidecar_images(fake).iter().filter(|i| *i == "busybox:1.37").count()
+}
+
+/// Kruise's counting (`calculateUpgradeCount`): the partition rounds down, maxUnavailable
+/// 0 updates no Ready Pod, and only updated Pods that are not available count against
+/// maxUnavailable.
+#[test]
+fn rollout_counts_as_kruise_does() {
+    // maxUnavailable 0: Ready Pods stay; a Pod that is not Ready anyway is updated.
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"maxUnavailable": 0}), 3);
+    kubelet(&fake, "p0");
+    kubelet(&fake, "p1");
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    reconcile(&fake);
+    let p2 = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), "p2")).unwrap();
+    assert_eq!(p2["spec"]["containers"][0]["image"], "busybox:1.37", "the Pod that was not Ready is updated");
+    assert_eq!(new_images(&fake), 1, "no Ready Pod is updated with maxUnavailable 0");
+
+    // partition 50 % of 3 keeps 1 old (rounded down), not 2.
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"partition": "50%", "maxUnavailable": "100%"}), 3);
+    for i in 0..3 {
+        kubelet(&fake, &format!("p{i}"));
+    }
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    assert_eq!(new_images(&fake), 2, "50 % of 3 Pods kept old is 1");
+
+    // A Pod that is unavailable and not yet updated does not use up maxUnavailable.
+    let fake = FakeCluster::new();
+    setup(&fake, json!({}), 3);
+    kubelet(&fake, "p0");
+    kubelet(&fake, "p1");
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    // p2 (not Ready) and one Ready Pod: maxUnavailable 1 counts only the Ready one.
+    assert_eq!(new_images(&fake), 2, "{:?}", sidecar_images(&fake));
+}
+
+#[test]
+fn finished_pods_are_neither_counted_nor_updated() {
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"maxUnavailable": "100%"}), 3);
+    for i in 0..3 {
+        kubelet(&fake, &format!("p{i}"));
+    }
+    phase(&fake, "p1", "Succeeded");
+    phase(&fake, "p2", "Failed");
+    let s = reconcile(&fake);
+    assert_eq!(s["matchedPods"].as_i64(), Some(1), "{s}");
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    let p0 = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), "p0")).unwrap();
+    assert_eq!(p0["spec"]["containers"][0]["image"], "busybox:1.37");
+    assert_eq!(new_images(&fake), 1, "the finished Pods keep their spec");
+}
