@@ -56,13 +56,19 @@ fn sidecar(sc: &SidecarContainer, app: &[Value]) -> Value {
     c
 }
 
-/// Puts `sidecars` (each with whether it goes after the app) around `app`, replacing
-/// same-named app containers.
-fn place(app: Vec<Value>, sidecars: Vec<(bool, Value)>) -> Vec<Value> {
-    let ours: Vec<&str> = sidecars.iter().filter_map(|(_, v)| v["name"].as_str()).collect();
-    let app: Vec<Value> = app.into_iter().filter(|c| !ours.contains(&c["name"].as_str().unwrap_or(""))).collect();
-    let (after, before): (Vec<_>, Vec<_>) = sidecars.into_iter().partition(|(after, _)| *after);
-    before.into_iter().map(|(_, v)| v).chain(app).chain(after.into_iter().map(|(_, v)| v)).collect()
+/// Puts `sidecars` (each with whether it goes after the app) around `app`. A sidecar
+/// whose name a container of the Pod already has replaces that container where it
+/// stands, so the Pod's own order is kept (Kruise's `MergeSidecarContainers`).
+fn place(mut app: Vec<Value>, sidecars: Vec<(bool, Value)>) -> Vec<Value> {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for (goes_after, v) in sidecars {
+        match app.iter_mut().find(|c| c["name"] == v["name"]) {
+            Some(same) => *same = v,
+            None if goes_after => after.push(v),
+            None => before.push(v),
+        }
+    }
+    before.into_iter().chain(app).chain(after).collect()
 }
 
 /// The sidecars of `list` for a Pod whose app containers are `app`, each with whether

@@ -306,3 +306,21 @@ fn update_rules_and_conflicts_between_sidecarsets() {
     let _: SidecarSet =
         serde_json::from_value(fake.objects_of(&wasmop_sdk::KindRef::of::<SidecarSet>())[0].clone()).unwrap();
 }
+
+#[test]
+fn a_pod_container_named_like_a_sidecar_is_replaced_where_it_stands() {
+    // Kruise keeps the order of the Pod's own containers: the sidecar takes the place of
+    // the same-named one, and only the other sidecars go before or after the app.
+    let fake = FakeCluster::new();
+    store(&fake, sidecarset("s", two_sidecars()));
+    let mut original = pod(json!({"app": "web"}));
+    original["spec"]["containers"] = json!([
+        {"name": "app", "image": "nginx"},
+        {"name": "before", "image": "old-proxy:0.1"},
+        {"name": "tail", "image": "busybox"}
+    ]);
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), original.clone(), None);
+    let p = r.apply(&original).unwrap();
+    assert_eq!(names(&p["spec"]["containers"]), ["app", "before", "tail", "after"]);
+    assert_eq!(p["spec"]["containers"][1]["image"], "busybox:1.36", "the sidecar replaced the Pod's own container");
+}
