@@ -193,6 +193,24 @@ fn injects_defaults_validates_and_counts() -> Result<()> {
     let renamed = with(&|s| s["containers"][1]["name"] = json!("later"));
     let e = apply(&sidecarset(&name, renamed)).expect_err("rename denied");
     assert!(e.contains("cannot be added or renamed"), "{e}");
+
+    // A SidecarSet as Kruise's defaulting stores it (exported from a Kruise cluster)
+    // applies with kubectl's strict field validation; HotUpgrade is refused, not ignored.
+    let exported = json!({
+        "selector": {"matchLabels": {"app": "exported"}},
+        "revisionHistoryLimit": 10,
+        "containers": [{"name": "exported", "image": "busybox:1.36",
+                        "upgradeStrategy": {"upgradeType": "ColdUpgrade"}}]
+    });
+    apply(&sidecarset(&format!("{name}-kruise"), exported.clone())).map_err(anyhow::Error::msg)?;
+    let stored = get_json(&["sidecarset", &format!("{name}-kruise")]).unwrap();
+    assert_eq!(stored["spec"]["revisionHistoryLimit"], 10, "kept, not pruned: {stored}");
+    assert_eq!(stored["spec"]["containers"][0]["upgradeStrategy"]["upgradeType"], "ColdUpgrade");
+    let mut hot = exported;
+    hot["containers"][0]["upgradeStrategy"] = json!({"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "empty:1"});
+    let e = apply(&sidecarset(&format!("{name}-hot"), hot)).expect_err("HotUpgrade denied");
+    assert!(e.contains("spec.containers[0].upgradeStrategy.upgradeType: HotUpgrade is not supported"), "{e}");
+    kubectl(&["delete", "sidecarset", &format!("{name}-kruise")]).map_err(anyhow::Error::msg)?;
     drop(h);
     Ok(())
 }

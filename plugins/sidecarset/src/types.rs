@@ -52,6 +52,11 @@ pub struct SidecarSetSpec {
     pub image_pull_secrets: Vec<LocalObjectReference>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patch_pod_metadata: Vec<SidecarSetPatchPodMetadata>,
+    /// Kept by Kruise's ControllerRevision history (its defaulting writes 10 into every
+    /// SidecarSet, so exported YAML carries it). Accepted so that YAML applies; this
+    /// plugin keeps no revision history, so the field has no effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_history_limit: Option<i32>,
 }
 
 /// A core Container plus how to inject it.
@@ -68,6 +73,21 @@ pub struct SidecarContainer {
     /// Environment variables copied from the Pod's own containers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfer_env: Vec<TransferEnvVar>,
+    /// How the sidecar is upgraded: ColdUpgrade (restart in place with the new image).
+    /// Kruise's HotUpgrade is refused by validation, not silently ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<SidecarContainerUpgradeStrategy>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarContainerUpgradeStrategy {
+    /// ColdUpgrade (what Kruise defaults to, and the only one supported here) or HotUpgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_type: Option<String>,
+    /// The empty image of a HotUpgrade pair (HotUpgrade is not supported here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hot_upgrade_empty_image: Option<String>,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -83,6 +83,15 @@ fn containers(
         one_of(&format!("{f}.podInjectPolicy"), c.pod_inject_policy.as_deref(), &[BEFORE_APP, AFTER_APP], errs);
         let share = c.share_volume_policy.as_ref().and_then(|s| s.type_.as_deref());
         one_of(&format!("{f}.shareVolumePolicy.type"), share, &["enabled", "disabled"], errs);
+        match c.upgrade_strategy.as_ref().and_then(|u| u.upgrade_type.as_deref()) {
+            None | Some("ColdUpgrade") => {}
+            Some("HotUpgrade") => errs.push(format!(
+                "{f}.upgradeStrategy.upgradeType: HotUpgrade is not supported by this SidecarSet plugin; use ColdUpgrade (restart in place)"
+            )),
+            Some(other) => errs.push(format!(
+                "{f}.upgradeStrategy.upgradeType: unsupported value {other:?}, must be one of ColdUpgrade, HotUpgrade"
+            )),
+        }
         for (j, m) in c.container.volume_mounts.iter().flatten().enumerate() {
             if !volumes.contains(m.name.as_str()) {
                 errs.push(format!("{f}.volumeMounts[{j}].name: volume {:?} is not declared in spec.volumes", m.name));
@@ -117,6 +126,9 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
     }
     if ss.spec.containers.is_empty() && ss.spec.init_containers.is_empty() {
         errs.push("spec.containers: at least one container or initContainer is required".into());
+    }
+    if let Some(n) = ss.spec.revision_history_limit.filter(|n| *n < 0) {
+        errs.push(format!("spec.revisionHistoryLimit: must be a non-negative integer, got {n}"));
     }
     let volumes: BTreeSet<&str> = ss.spec.volumes.iter().map(|v| v.name.as_str()).collect();
     let mut seen = BTreeSet::new();

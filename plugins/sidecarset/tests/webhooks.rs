@@ -217,6 +217,15 @@ fn validation_names_the_field_and_the_rule() {
             with(&|s| s["patchPodMetadata"] = json!([{"annotations": {}}])),
             "spec.patchPodMetadata[0].annotations: required",
         ),
+        (
+            with(&|s| s["containers"][1]["upgradeStrategy"] = json!({"upgradeType": "HotUpgrade"})),
+            "spec.containers[1].upgradeStrategy.upgradeType: HotUpgrade is not supported",
+        ),
+        (
+            with(&|s| s["containers"][0]["upgradeStrategy"] = json!({"upgradeType": "Warm"})),
+            "spec.containers[0].upgradeStrategy.upgradeType: unsupported value \"Warm\"",
+        ),
+        (with(&|s| s["revisionHistoryLimit"] = json!(-1)), "spec.revisionHistoryLimit"),
     ];
     for (obj, want) in cases {
         let msg = denial(&fake, obj.clone(), None);
@@ -247,6 +256,13 @@ fn validation_accepts_what_kruise_accepts() {
             (|s| {
                 s["initContainers"] = json!([{"name": "native", "image": "x:1", "restartPolicy": "Always"}]);
                 s["updateStrategy"] = json!({"type": "NotUpdate"});
+            }),
+        ),
+        (
+            "a SidecarSet as Kruise's defaulting stores it",
+            (|s| {
+                s["revisionHistoryLimit"] = json!(10);
+                s["containers"][0]["upgradeStrategy"] = json!({"upgradeType": "ColdUpgrade"});
             }),
         ),
         (
