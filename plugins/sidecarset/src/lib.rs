@@ -4,6 +4,21 @@
 //!
 //! Kruise-compatible on the wire (`apps.kruise.io/v1alpha1`, the same field names and
 //! annotations), so existing SidecarSet YAML applies as it is.
+//!
+//! As Kruise (checked against its webhook and controller code): the validation rules of
+//! `validate` (Kubernetes' label selector rules on every selector, `namespace` xor
+//! `namespaceSelector`, `partition` xor `updateStrategy.selector`, no native-sidecar
+//! init container under RollingUpdate, each patched annotation key once), the rollout's
+//! counting (partition rounded down, maxUnavailable up, only updated Pods that are not
+//! available count against it, finished Pods neither counted nor updated), and a
+//! sidecar replacing a same-named Pod container where it stands.
+//!
+//! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
+//! validation; `revisionHistoryLimit` is accepted (Kruise's defaulting writes it) but no
+//! ControllerRevision history is kept; `injectionStrategy.revision`, `priorityStrategy`,
+//! `scatterStrategy`, `resourcesPolicy` and the `v1beta1` version are not in the CRD, so
+//! kubectl's strict validation refuses them; the `kruise.io/sidecarset-hash` values
+//! are computed differently from Kruise's, so Pods injected by Kruise are not rolled.
 
 mod controller;
 pub mod defaults;
