@@ -34,8 +34,8 @@ out=$(mktemp)
   echo
   echo 'Command: `scripts/bench-admission.py` (host pinned to one core; load from a second process)'
   echo
-  echo "| setup | throughput | p50 | p99 (min–max over runs) | host CPU per review | errors | runs |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| setup | throughput | p50 | p99 (min–max over runs) | p99.9 | slowest (min–max) | host CPU per review | errors | steal on core 0 | runs |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   scripts/bench-admission.py
   echo
   echo "### A healthy plugin beside hostile ones"

@@ -4,8 +4,8 @@
 //! A Pod counts as *matched* when it carries this SidecarSet's sidecars (its hash
 //! annotation names the SidecarSet), *updated* when that hash is the current one, and
 //! *ready* when Running with condition Ready. While updating, a Pod whose sidecar
-//! images in `status.containerStatuses` differ from its spec is still restarting and
-//! counts against `maxUnavailable`, like a Pod that is not Ready.
+//! images in `status.containerStatuses` differ from its spec is still restarting; an
+//! updated Pod that is restarting or not Ready counts against `maxUnavailable`.
 
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
