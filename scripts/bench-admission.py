@@ -104,7 +104,8 @@ def main():
             tiered_up(os.path.join(tmp, "host.log"))
             url = f"https://127.0.0.1:{port}/sidecarset/inject-pod"
             load = ["taskset", "-c", "1", LOAD, "run", url, os.path.join(tmp, "ca.crt"), str(CONNS)]
-            subprocess.run(load + ["2"], check=True, capture_output=True)  # warm-up
+            warm_env = {k: v for k, v in ENV.items() if k != "ADMISSION_LOAD_DUMP"}
+            subprocess.run(load + ["2"], check=True, capture_output=True, env=warm_env)  # warm-up, not dumped
             # Throughput: each connection sends as soon as it is answered. Latency: the
             # goal's 5,000 reviews/s offered, evenly and at random (see admission_load.rs).
             with control_plane_paused():
@@ -123,15 +124,20 @@ def main():
     report(f"{CONNS} connections, host on 1 core, {RATE:,} reviews/s offered, Poisson arrivals", poisson)
 
 
-def tiered_up(log, timeout=300):
+def tiered_up(log, timeout=120):
     """Until the host at `log` says its plugin code was optimized (a tiered host's
-    Cranelift tier-up, TIER_UP_DELAY after the load; seconds for the sidecarset plugin)."""
+    Cranelift tier-up, TIER_UP_DELAY after the load; seconds for the sidecarset plugin).
+    A host that never tiers up (WASMOP_PLUGIN_COMPILER other than tiered, or a binary
+    from before the log line) is measured as it is, with a warning, after `timeout`."""
+    if os.environ.get("WASMOP_PLUGIN_COMPILER", "tiered") != "tiered":
+        return
     end = time.time() + timeout
     while time.time() < end:
         if "plugin code optimized" in open(log).read():
             return
         time.sleep(0.2)
-    raise RuntimeError("the plugin's code was not optimized within 300 s: " + open(log).read()[-2000:])
+    print(f"warning: the host did not log 'plugin code optimized' within {timeout} s; timing the code it has",
+          file=sys.stderr)
 
 
 @contextlib.contextmanager

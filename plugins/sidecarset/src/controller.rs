@@ -6,6 +6,12 @@
 //! *ready* when Running with condition Ready. While updating, a Pod whose sidecar
 //! images in `status.containerStatuses` differ from its spec is still restarting; an
 //! updated Pod that is restarting or not Ready counts against `maxUnavailable`.
+//!
+//! A rollout counts as Kruise's `calculateUpgradeCount`: the Pods *waiting* (not
+//! updated, in the update selector, same hash-without-image) are ordered not-Ready
+//! first; the partition keeps the last of them old; of the rest, not-Ready Pods are
+//! updated freely and Ready ones while updated-but-unavailable Pods stay under
+//! maxUnavailable. A percentage over 100 % or too large to parse means all Pods.
 
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
@@ -44,7 +50,7 @@ impl Reconciler for SidecarSetController {
             return Err(ReconcileError::permanent("spec.selector has an invalid operator; nothing is selected"));
         };
         let mut params = ListParams { label_selector: Some(query), ..Default::default() };
-        params.namespace = ss.spec.namespace.clone();
+        params.namespace = scope::namespace(&ss.spec).map(str::to_owned);
         let pods = ctx.list(&KindRef::new("v1", "Pod"), &params)?;
         let ns_labels: BTreeMap<String, BTreeMap<String, String>> = if ss.spec.namespace_selector.is_some() {
             ctx.list_of::<Namespace>(&ListParams::default())?
@@ -86,15 +92,12 @@ impl Reconciler for SidecarSetController {
             return Ok(Action::done());
         }
         let total = matched.len() as i32;
-        // As Kruise: the partition rounds down and maxUnavailable up; only Pods already
-        // updated and not (yet) available again count against maxUnavailable, so 0
-        // updates no Ready Pod, and a Pod that was unavailable anyway costs nothing.
-        let keep_old = scaled(s.partition.as_ref(), total, 0, false);
-        let max_unavailable = scaled(s.max_unavailable.as_ref(), total, 1, true);
-        let unavailable = matched.iter().filter(|p| updated(p) && (!ready(p) || restarting(p, &ss))).count() as i32;
-        let already_new = matched.iter().filter(|p| updated(p)).count() as i32;
-        let mut partition_left = total - keep_old - already_new;
-        let mut availability_left = max_unavailable - unavailable;
+        let max_unavailable =
+            s.max_unavailable.as_ref().map_or(1, |v| scaled(v, total, true).clamp(0, i64::from(total)));
+        // Only Pods already updated and not (yet) available again count against
+        // maxUnavailable, so 0 updates no Ready Pod, and a Pod that was unavailable
+        // anyway costs nothing.
+        let mut unavailable = matched.iter().filter(|p| updated(p) && (!ready(p) || restarting(p, &ss))).count() as i64;
         let mut candidates: Vec<&&Value> = matched
             .iter()
             .filter(|p| !updated(p) && pod_hash(p, HASH_WITHOUT_IMAGE, &name).as_deref() == Some(hash_wo.as_str()))
@@ -108,22 +111,22 @@ impl Reconciler for SidecarSetController {
         // the order is stable across reconciles.
         candidates
             .sort_by_key(|p| (ready(p), p["metadata"]["namespace"].to_string(), p["metadata"]["name"].to_string()));
+        // As Kruise's calculateUpgradeCount: the partition is how many of the Pods
+        // waiting for this version keep the old one, the last in that order.
+        candidates.truncate(candidates.len().saturating_sub(partition(s.partition.as_ref(), total)));
         let mut done: Vec<String> = Vec::new();
         let mut more = false;
         for p in candidates {
-            if partition_left <= 0 {
-                break;
-            }
             let costs_availability = ready(p);
-            if costs_availability && availability_left <= 0 {
-                continue;
+            if costs_availability && unavailable >= max_unavailable {
+                break;
             }
             if done.len() == PODS_PER_RECONCILE {
                 more = true;
                 break;
             }
             if costs_availability {
-                availability_left -= 1;
+                unavailable += 1;
             }
             let mut pod = (*p).clone();
             set_images(&mut pod, &ss);
@@ -136,7 +139,6 @@ impl Reconciler for SidecarSetController {
             }
             let who = ObjectRef::of_json(&pod).unwrap_or_else(|| req.object.clone());
             done.push(format!("{}/{}", who.namespace.unwrap_or_default(), who.name));
-            partition_left -= 1;
         }
         report(ctx, req, &done);
         // The rest in the next reconcile (the updated Pods' events bring one anyway).
@@ -168,18 +170,37 @@ fn report(ctx: &Context<'_>, req: &Request, done: &[String]) {
 }
 
 /// An int, or a percentage of `total` rounded up or down (Kubernetes'
-/// `GetValueFromIntOrPercent`). A percentage over 100 (valid, as in Kruise) counts as
-/// all of `total`, never overflows.
-fn scaled(v: Option<&IntOrString>, total: i32, default: i32, round_up: bool) -> i32 {
+/// `GetScaledValueFromIntOrPercent`), not clamped. A percentage over 100 is valid (as in
+/// Kruise); one too large for any integer counts as all of `total` (Kruise's parse fails
+/// there and reads 0, which for a partition would update every Pod at once). A string
+/// that is not a percentage (refused by the webhook) counts as 0, as in Kruise.
+fn scaled(v: &IntOrString, total: i32, round_up: bool) -> i64 {
     match v {
-        None => default,
-        Some(IntOrString::Int(i)) => *i,
-        Some(IntOrString::String(s)) => {
-            let pct: i64 = s.trim_end_matches('%').parse::<u32>().map_or(0, |p| i64::from(p.min(100)));
+        IntOrString::Int(i) => i64::from(*i),
+        IntOrString::String(s) => {
+            let Some(digits) = s.strip_suffix('%').filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            else {
+                return 0;
+            };
+            // Anything over 100 % is all of them; capping keeps the product in range.
+            let pct = digits.parse::<i64>().unwrap_or(i64::MAX).min(1_000);
             let up = if round_up { 99 } else { 0 };
-            ((i64::from(total) * pct + up) / 100) as i32
+            (i64::from(total) * pct + up) / 100
         }
     }
+}
+
+/// How many of the Pods waiting for the new version keep the old one (Kruise >= 1.8's
+/// `CalculatePartitionReplicas`): a percentage rounds up, so any partition above 0 %
+/// keeps at least one Pod, but one below "100%" that rounds to every Pod keeps all but
+/// one, so such a rollout still moves; clamped to [0, total].
+fn partition(v: Option<&IntOrString>, total: i32) -> usize {
+    let Some(v) = v else { return 0 };
+    let mut keep = scaled(v, total, true);
+    if total > 1 && keep == i64::from(total) && matches!(v, IntOrString::String(s) if s != "100%") {
+        keep -= 1;
+    }
+    keep.clamp(0, i64::from(total)) as usize
 }
 
 /// A Pod that still runs or will (Kruise's `IsPodActive`): not being deleted, and not

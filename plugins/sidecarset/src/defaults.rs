@@ -66,7 +66,18 @@ fn hex(b: &[u8]) -> String {
 /// "without image" hashes mean only images changed, so Pods can be updated in place.
 pub fn hashes(spec: &SidecarSetSpec) -> (String, String) {
     let all: Vec<&SidecarContainer> = spec.init_containers.iter().chain(&spec.containers).collect();
-    let with = serde_json::to_value(&all).unwrap_or_default();
+    let mut with = serde_json::to_value(&all).unwrap_or_default();
+    // `upgradeStrategy: {upgradeType: ColdUpgrade}` is what leaving it out means (and
+    // what Kruise's defaulting writes into exported YAML): spelling it out must not
+    // change the hashes, or every Pod injected before would stop being updatable.
+    for c in with.as_array_mut().into_iter().flatten() {
+        let u = &c["upgradeStrategy"];
+        let cold =
+            matches!(u["upgradeType"].as_str(), None | Some("ColdUpgrade")) && u["hotUpgradeEmptyImage"].is_null();
+        if cold && let Some(c) = c.as_object_mut() {
+            c.remove("upgradeStrategy");
+        }
+    }
     let mut without = with.clone();
     for c in without.as_array_mut().into_iter().flatten() {
         c["image"] = serde_json::Value::Null;
@@ -87,6 +98,7 @@ pub fn current_hashes(ss: &SidecarSet) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::SidecarContainerUpgradeStrategy;
 
     #[test]
     fn defaults_and_hashes() {
@@ -109,6 +121,10 @@ mod tests {
         let (h2, w2) = hashes(&ss.spec);
         assert_ne!(h1, h2);
         assert_eq!(w1, w2, "only the image changed");
+        let mut cold = ss.spec.clone();
+        cold.containers[0].upgrade_strategy =
+            Some(SidecarContainerUpgradeStrategy { upgrade_type: Some("ColdUpgrade".into()), ..Default::default() });
+        assert_eq!(hashes(&cold), (h2.clone(), w2.clone()), "ColdUpgrade spelled out is the default");
         let before = ss.clone();
         default(&mut ss);
         default(&mut ss);

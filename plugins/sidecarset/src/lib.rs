@@ -9,8 +9,9 @@
 //! `validate` (Kubernetes' label selector rules on every selector, `namespace` xor
 //! `namespaceSelector`, `partition` xor `updateStrategy.selector`, no native-sidecar
 //! init container under RollingUpdate, each patched annotation key once), the rollout's
-//! counting (partition rounded down, maxUnavailable up, only updated Pods that are not
-//! available count against it, finished Pods neither counted nor updated), and a
+//! counting (Kruise >= 1.8: the partition, rounded up, is kept out of the Pods waiting
+//! for the new version; maxUnavailable rounds up; only updated Pods that are not
+//! available count against it; finished Pods are neither counted nor updated), and a
 //! sidecar replacing a same-named Pod container where it stands.
 //!
 //! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
@@ -23,6 +24,7 @@
 mod controller;
 pub mod defaults;
 pub mod inject;
+mod names;
 pub mod scope;
 pub mod types;
 pub mod validate;

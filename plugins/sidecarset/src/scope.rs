@@ -76,9 +76,15 @@ fn contradict(x: &Req, y: &Req) -> bool {
     }
 }
 
+/// The one namespace a SidecarSet is limited to, if any: `namespace: ""` means every
+/// namespace, as in Kruise.
+pub fn namespace(spec: &SidecarSetSpec) -> Option<&str> {
+    spec.namespace.as_deref().filter(|n| !n.is_empty())
+}
+
 /// Whether the two SidecarSets can select a common Pod.
 pub fn scopes_overlap(a: &SidecarSetSpec, b: &SidecarSetSpec) -> bool {
-    if let (Some(x), Some(y)) = (&a.namespace, &b.namespace)
+    if let (Some(x), Some(y)) = (namespace(a), namespace(b))
         && x != y
     {
         return false;
@@ -99,7 +105,7 @@ pub fn selects(
     ns_labels: &BTreeMap<String, String>,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    if spec.namespace.as_deref().is_some_and(|n| n != ns) {
+    if namespace(spec).is_some_and(|n| n != ns) {
         return false;
     }
     if spec.namespace_selector.as_ref().is_some_and(|s| !matches(s, ns_labels)) {

@@ -1,19 +1,12 @@
 //! The validating webhook's rules. Every message names the field and the rule.
 
 use crate::defaults::{AFTER_APP, BEFORE_APP, NOT_UPDATE, ROLLING_UPDATE};
+use crate::names::{dns1123_label, label_value, qualified_name};
 use crate::scope;
 use crate::types::{SidecarContainer, SidecarSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeSet;
-
-fn dns1123_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
 
 /// A count or a percentage, as Kubernetes' `ValidatePositiveIntOrPercent` (and so Kruise)
 /// takes them: a percentage over 100 is accepted and means all.
@@ -38,14 +31,22 @@ fn one_of(field: &str, v: Option<&str>, allowed: &[&str], errs: &mut Vec<String>
     }
 }
 
-/// Kubernetes' label selector rules (`ValidateLabelSelector`), and Kruise's own: a
-/// SidecarSet's selectors may not be empty.
+/// Kubernetes' label selector rules (`ValidateLabelSelector`: operators, keys, values),
+/// and Kruise's own: a SidecarSet's selectors may not be empty.
 fn selector(field: &str, sel: &LabelSelector, errs: &mut Vec<String>) {
     if scope::is_empty(sel) {
         errs.push(format!("{field}: must not be empty (an empty selector would select every Pod)"));
     }
+    for (k, v) in sel.match_labels.iter().flatten() {
+        errs.extend(qualified_name(k).map(|e| format!("{field}.matchLabels: {e}")));
+        errs.extend(label_value(v).map(|e| format!("{field}.matchLabels[{k}]: {e}")));
+    }
     for (i, r) in sel.match_expressions.iter().flatten().enumerate() {
         let f = format!("{field}.matchExpressions[{i}]");
+        errs.extend(qualified_name(&r.key).map(|e| format!("{f}.key: {e}")));
+        for (j, v) in r.values.iter().flatten().enumerate() {
+            errs.extend(label_value(v).map(|e| format!("{f}.values[{j}]: {e}")));
+        }
         let values = r.values.as_ref().is_some_and(|v| !v.is_empty());
         match r.operator.as_str() {
             "In" | "NotIn" if !values => {

@@ -46,6 +46,13 @@ fn kubelet(fake: &FakeCluster, name: &str) {
     }).unwrap();
 }
 
+/// The kubelet's report for Pods p0 .. p{n-1}.
+fn all_ready(fake: &FakeCluster, n: usize) {
+    for i in 0..n {
+        kubelet(fake, &format!("p{i}"));
+    }
+}
+
 fn reconcile(fake: &FakeCluster) -> Value {
     let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
     SidecarSetController::reconcile(&Context::new(fake), &req).expect("reconcile");
@@ -91,9 +98,7 @@ fn status_counts_follow_pods() {
 fn rolling_update_respects_max_unavailable_and_partition() {
     let fake = FakeCluster::new();
     setup(&fake, json!({"partition": 1}), 4);
-    for i in 0..4 {
-        kubelet(&fake, &format!("p{i}"));
-    }
+    all_ready(&fake, 4);
     change_image(&fake, "busybox:1.37");
     for round in 0..6 {
         reconcile(&fake);
@@ -120,9 +125,7 @@ fn rolling_update_respects_max_unavailable_and_partition() {
 fn a_large_rollout_goes_in_steps_of_bounded_work_with_one_event_each() {
     let fake = FakeCluster::new();
     setup(&fake, json!({"maxUnavailable": "100%"}), 250);
-    for i in 0..250 {
-        kubelet(&fake, &format!("p{i}"));
-    }
+    all_ready(&fake, 250);
     change_image(&fake, "busybox:1.37");
     let new = |fake: &FakeCluster| sidecar_images(fake).iter().filter(|i| *i == "busybox:1.37").count();
     let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
@@ -163,7 +166,7 @@ fn new_images(fake: &FakeCluster) -> usize {
     sidecar_images(fake).iter().filter(|i| *i == "busybox:1.37").count()
 }
 
-/// Kruise's counting (`calculateUpgradeCount`): the partition rounds down, maxUnavailable
+/// Kruise's counting (`calculateUpgradeCount`): the partition rounds up, maxUnavailable
 /// 0 updates no Ready Pod, and only updated Pods that are not available count against
 /// maxUnavailable.
 #[test]
@@ -180,15 +183,43 @@ fn rollout_counts_as_kruise_does() {
     assert_eq!(p2["spec"]["containers"][0]["image"], "busybox:1.37", "the Pod that was not Ready is updated");
     assert_eq!(new_images(&fake), 1, "no Ready Pod is updated with maxUnavailable 0");
 
-    // partition 50 % of 3 keeps 1 old (rounded down), not 2.
-    let fake = FakeCluster::new();
-    setup(&fake, json!({"partition": "50%", "maxUnavailable": "100%"}), 3);
-    for i in 0..3 {
-        kubelet(&fake, &format!("p{i}"));
+    // Partitions as Kruise >= 1.8's CalculatePartitionReplicas: a percentage rounds up
+    // (50 % of 3 keeps 2 old), one below "100%" that reaches every Pod keeps all but
+    // one, "100%" and anything above keep all, a percentage too large for any integer
+    // too (Kruise would read it as 0 and update all at once).
+    for (partition, kept) in [
+        (json!("50%"), 2),
+        (json!("10%"), 1),
+        (json!("0%"), 0),
+        (json!("99%"), 2),
+        (json!("100%"), 3),
+        (json!("150%"), 3),
+        (json!("99999999999999999999999%"), 3),
+        (json!(1), 1),
+        (json!(7), 3),
+    ] {
+        let fake = FakeCluster::new();
+        setup(&fake, json!({"partition": partition, "maxUnavailable": "100%"}), 3);
+        all_ready(&fake, 3);
+        change_image(&fake, "busybox:1.37");
+        reconcile(&fake);
+        reconcile(&fake);
+        assert_eq!(3 - new_images(&fake), kept, "partition {partition} of 3 Pods");
     }
+
+    // The partition counts among the Pods waiting for the new version, not all: a Pod
+    // whose sidecars changed otherwise (it cannot be updated in place) is not one.
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"partition": 2, "maxUnavailable": "100%"}), 4);
+    all_ready(&fake, 4);
+    fake.edit(&ObjectRef::new(&pod_kind(), Some("demo"), "p0"), |p| {
+        p["metadata"]["annotations"]["kruise.io/sidecarset-hash-without-image"] =
+            json!({"s": {"hash": "other"}}).to_string().into();
+    })
+    .unwrap();
     change_image(&fake, "busybox:1.37");
     reconcile(&fake);
-    assert_eq!(new_images(&fake), 2, "50 % of 3 Pods kept old is 1");
+    assert_eq!(new_images(&fake), 1, "3 waiting, 2 kept: {:?}", sidecar_images(&fake));
 
     // A Pod that is unavailable and not yet updated does not use up maxUnavailable.
     let fake = FakeCluster::new();
@@ -205,9 +236,7 @@ fn rollout_counts_as_kruise_does() {
 fn finished_pods_are_neither_counted_nor_updated() {
     let fake = FakeCluster::new();
     setup(&fake, json!({"maxUnavailable": "100%"}), 3);
-    for i in 0..3 {
-        kubelet(&fake, &format!("p{i}"));
-    }
+    all_ready(&fake, 3);
     phase(&fake, "p1", "Succeeded");
     phase(&fake, "p2", "Failed");
     let s = reconcile(&fake);

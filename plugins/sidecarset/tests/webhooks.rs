@@ -117,6 +117,14 @@ fn namespace_scope_and_pause_are_respected() {
     let r = review(&fake, INJECT, Operation::Create, Some("prod"), pod(json!({"app": "web"})), None);
     assert!(r.patch.is_some());
 
+    // `namespace: ""` is no limit, as in Kruise (it used to select no namespace).
+    let fake = FakeCluster::new();
+    let mut spec = two_sidecars();
+    spec["namespace"] = json!("");
+    store(&fake, sidecarset("everywhere", spec));
+    let r = review(&fake, INJECT, Operation::Create, Some("dev"), pod(json!({"app": "web"})), None);
+    assert!(r.patch.is_some(), "namespace \"\" selects every namespace");
+
     let fake = FakeCluster::new();
     let mut spec = two_sidecars();
     spec["injectionStrategy"] = json!({"paused": true});
@@ -193,6 +201,30 @@ fn validation_names_the_field_and_the_rule() {
             "spec.updateStrategy.selector.matchExpressions[0].operator",
         ),
         (with(&|s| s["updateStrategy"] = json!({"selector": {}})), "spec.updateStrategy.selector: must not be empty"),
+        // Keys and values as Kubernetes checks labels.
+        (
+            with(&|s| s["selector"] = json!({"matchLabels": {"app web": "x"}})),
+            "spec.selector.matchLabels: \"app web\": a qualified name",
+        ),
+        (
+            with(&|s| s["selector"] = json!({"matchLabels": {"app": "web!"}})),
+            "spec.selector.matchLabels[app]: \"web!\": a label value",
+        ),
+        (
+            with(&|s| s["selector"] = json!({"matchLabels": {"Example.COM/app": "web"}})),
+            "the prefix before '/' must be a DNS-1123 subdomain",
+        ),
+        (
+            with(&|s| s["namespaceSelector"] = json!({"matchExpressions": [{"key": "-env", "operator": "Exists"}]})),
+            "spec.namespaceSelector.matchExpressions[0].key: \"-env\"",
+        ),
+        (
+            with(&|s| {
+                s["selector"] =
+                    json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "x".repeat(64)]}]})
+            }),
+            "spec.selector.matchExpressions[0].values[1]",
+        ),
         // Kruise's own rules.
         (
             with(&|s| {
@@ -271,6 +303,13 @@ fn validation_accepts_what_kruise_accepts() {
                 s["selector"] = json!({"matchExpressions": [
                 {"key": "app", "operator": "In", "values": ["web"]}, {"key": "tier", "operator": "NotIn", "values": ["db"]},
                 {"key": "app", "operator": "Exists"}, {"key": "legacy", "operator": "DoesNotExist"}]})
+            }),
+        ),
+        (
+            "prefixed keys, empty and dotted values",
+            (|s| {
+                s["selector"] = json!({"matchLabels": {"app.kubernetes.io/name": "web_1.2", "kruise.io/x": ""},
+                    "matchExpressions": [{"key": "example.com/Tier-A", "operator": "NotIn", "values": ["", "A-b"]}]})
             }),
         ),
     ];
