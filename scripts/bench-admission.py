@@ -19,7 +19,7 @@ Timing starts once the plugin's code is optimized (the Cranelift tier-up).
 
 Usage: scripts/bench-admission.py [--quick]  (needs `make plugins` and a control plane).
 BENCH_RUNS=N: N runs instead of 5; BENCH_SECS=S: runs of S s instead of 10;
-WASMOP_BENCH_HOST=PATH: measure that host binary; BENCH_HOST_LOG=FILE: keep the host's log;
+WASMOP_BENCH_HOST=PATH: measure that host binary; WASMOP_BENCH_PLUGIN=PATH: that sidecarset.wasm; BENCH_HOST_LOG=FILE: keep the host's log;
 ADMISSION_LOAD_DUMP=PREFIX: every review of run N in PREFIX.N (`scripts/admission-stalls.py`)."""
 
 import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
@@ -73,7 +73,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         plugins = os.path.join(tmp, "plugins")
         os.mkdir(plugins)
-        subprocess.run(["cp", os.path.join(ROOT, "target", "plugins", "sidecarset.wasm"), plugins], check=True)
+        plugin = os.environ.get("WASMOP_BENCH_PLUGIN") or os.path.join(ROOT, "target", "plugins", "sidecarset.wasm")
+        subprocess.run(["cp", plugin, os.path.join(plugins, "sidecarset.wasm")], check=True)
         subprocess.run([LOAD, "certs", tmp], check=True)
         port = free_port()
         log = open(os.path.join(tmp, "host.log"), "w")

@@ -24,9 +24,11 @@ control plane runs elsewhere), as in the other harnesses.
 
 Usage: scripts/bench-rollout.py [--quick] [N:S ...]   (default 100:1 500:1 2000:1
 500:10 500:100; --quick: 10:1 10:2). Needs `make plugins` and a control plane in
-target/cluster (KUBECONFIG overrides it). Prints a Markdown table."""
+target/cluster (KUBECONFIG overrides it). Prints a Markdown table.
+BENCH_HOST_LOG=PREFIX keeps each run's host log in PREFIX.N-S; BENCH_WASMOP_LOG sets its
+WASMOP_LOG (for example `info,wasmop::runtime=debug` shows throttled calls)."""
 
-import http.client, json, os, queue, socket, ssl, subprocess, sys, tempfile, threading, time, urllib.parse
+import http.client, json, os, queue, shutil, socket, ssl, subprocess, sys, tempfile, threading, time, urllib.parse
 
 from benchlib import ENV, HOST, ROOT, build, control_plane_on, cpu_seconds, kubectl, plugins_dir_with, wait_ready
 
@@ -261,7 +263,8 @@ def run(api, n, sets):
         host = subprocess.Popen(
             PIN + [HOST, "run", "--plugins-dir", plugins, *identity, "--metrics-bind-address", "127.0.0.1:0",
              "--webhooks", "--webhook-bind-address", f"127.0.0.1:{port}", "--webhook-configurations", WEBHOOKS],
-            env=dict(ENV, WASMOP_LOG="warn,wasmop::cli=info"), stdout=open(log, "w"), stderr=subprocess.STDOUT)
+            env=dict(ENV, WASMOP_LOG=os.environ.get("BENCH_WASMOP_LOG", "warn,wasmop::cli=info")),
+            stdout=open(log, "w"), stderr=subprocess.STDOUT)
         kubelet = Kubelet(api)
         try:
             wait_ready(log)
@@ -302,6 +305,8 @@ def run(api, n, sets):
             kubelet.stop()
             host.terminate()
             host.wait(timeout=30)
+            if os.environ.get("BENCH_HOST_LOG"):
+                shutil.copy(log, f"{os.environ['BENCH_HOST_LOG']}.{n}-{sets}")
             cleanup()
     print(f"| {n} | {sets} | {t_create:.1f} s | {c_create:.2f} s | {t_roll:.1f} s | {c_roll:.2f} s | {rss:.0f} MiB "
           f"| {idle:.2f} s | {per_pod(requests(a0, a1), n)} | {per_pod(requests(a1, a2), n)} |")

@@ -319,3 +319,61 @@ fn a_reconcile_of_thousands_of_host_calls_runs_at_full_speed_and_a_spinning_one_
     assert_eq!(throttled, 0.0, "a reconcile that waits on the apiserver is not runaway compute");
     Ok(())
 }
+
+/// Compute over data a call was handed is not runaway: a reconcile that works for
+/// 250 ms on 4.5 MiB it read runs at full speed (its allowance grows 100 ms per MiB),
+/// while the same 250 ms on a few bytes is held as a spinning loop is. On the flat
+/// 100 ms allowance this host had, both were throttled (a SidecarSet reconcile over
+/// 2,000 Pods then took ten times as long).
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn compute_over_much_data_read_is_not_throttled_and_the_same_compute_over_little_is() -> Result<()> {
+    let big = Namespace::new("digest-big");
+    let small = Namespace::new("digest-small");
+    let probe = plugin_path("probe.wasm");
+    let host = Host::start(
+        &[
+            ("probe", &probe, &format!("namespace: {}", big.0)),
+            ("probe-small", &probe, &format!("namespace: {}", small.0)),
+        ],
+        &["--reconcile-deadline-seconds", "20"],
+    )?;
+    // Six ConfigMaps of 768 KiB each (data the probe lists from its cache), then the
+    // reconcile that digests them.
+    let filler = "x".repeat(768 << 10);
+    for i in 0..6 {
+        let cm = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: data-{i}, namespace: {}}}\ndata: {{blob: {filler}}}\n",
+            big.0
+        );
+        // Server-side: a client-side apply's last-applied annotation would not fit.
+        apply_server_side(&cm).map_err(|e| anyhow!(e))?;
+    }
+    // Applied after the blobs, so its watch event comes after theirs: the probe's
+    // cache holds every blob when it reconciles (the logged bytes say so).
+    let digest = |ns: &str, name: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{probe: \"true\"}}}}\ndata: {{mode: \"digest:250\"}}\n"
+        )
+    };
+    apply(&digest(&big.0, "digest-big")).map_err(|e| anyhow!(e))?;
+    apply(&digest(&small.0, "digest-small")).map_err(|e| anyhow!(e))?;
+    let digested = |name: &str| {
+        let log = host.logs();
+        log.lines().find(|l| l.contains("probe digested") && l.contains(&format!("name={name} "))).map(str::to_owned)
+    };
+    let line = eventually("both digests done", Duration::from_secs(60), || {
+        match (digested("digest-big"), digested("digest-small")) {
+            (Some(big), Some(_)) => Ok(big),
+            _ => bail!("not yet"),
+        }
+    })?;
+    let bytes: usize =
+        line.split("bytes=").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|b| b.parse().ok()).unwrap_or(0);
+    assert!(bytes > 4 << 20, "the digest read every blob: {line}");
+    let throttled =
+        |plugin: &str| counter_sum(&host, "wasmop_plugin_calls_throttled_total", &format!(r#"plugin="{plugin}""#));
+    assert_eq!(throttled("probe")?, 0.0, "250 ms over {bytes} bytes read is within the allowance");
+    assert!(throttled("probe-small")? >= 1.0, "250 ms over a few bytes is runaway compute");
+    Ok(())
+}

@@ -163,22 +163,36 @@ impl Runtime {
     }
 }
 
-/// Guest compute a call may do at full speed. Why 100 ms: a healthy reconcile or
-/// review computes for well under that; only runaway code gets here.
+/// Guest compute a call may do at full speed before any data: a healthy review or
+/// reconcile of a few objects computes for well under that; only runaway code gets
+/// here.
 const FULL_SPEED: Duration = Duration::from_millis(100);
+/// And per MiB handed across its host calls (read, sent, answered): work on data
+/// grows with the data. Why 100 ms: parsing JSON in a plugin runs at 50–200 MiB/s,
+/// and a reconcile touches what it read a few times (filter, sort, rewrite). A
+/// SidecarSet reconcile over 2,000 Pods (several MiB listed) computes for ~0.3 s; at
+/// 100 ms flat it was held to a tenth of a thread, and a 2,000-Pod rollout took 227 s
+/// instead of 45–53 s (BENCHMARKS.md, issue 26).
+const FULL_SPEED_PER_MIB: Duration = Duration::from_millis(100);
 /// What a runaway call sleeps per tick after that: it keeps at most ~10 % of a thread
 /// until its deadline, so spinning plugins cannot starve healthy ones of CPU.
 const THROTTLE_SLEEP: Duration = Duration::from_millis(90);
 
+/// Compute at full speed for a call that has exchanged `bytes` through host calls.
+fn allowance(bytes: u64) -> Duration {
+    FULL_SPEED + FULL_SPEED_PER_MIB.mul_f64(bytes as f64 / (1 << 20) as f64)
+}
+
 /// The epoch callback: yield to the async runtime on every tick; once the call has
-/// computed for [`FULL_SPEED`] in all, also sleep. What counts is the guest's own
+/// computed for its [`allowance`] in all, also sleep. What counts is the guest's own
 /// compute: the time between two ticks when it made no host call in between and the
 /// gap is about one tick. A reconcile that makes thousands of host calls (each one an
-/// apiserver round trip) is never held back; a loop that calls nothing is. Caveat: a
-/// loop that makes a host call every tick is not counted; its deadline still ends it.
-/// A gap of more than one and a half ticks was not all compute (the call waited for a
-/// thread, or was throttled), so it does not count either. Below that, a long call
-/// may still wait its turn (`Cpu::pace`).
+/// apiserver round trip) is never held back, nor one that computes over the many
+/// objects it read; a loop that calls nothing is. Caveats: a loop that makes a host
+/// call every tick is not counted, and one that reads much data earns time to spin;
+/// its deadline still ends it, and while other calls are busy it takes turns
+/// (`Cpu::pace`). A gap of more than one and a half ticks was not all compute (the
+/// call waited for a thread, or was throttled), so it does not count either.
 fn throttle(
     plugin: Arc<str>,
     tick: Duration,
@@ -193,13 +207,13 @@ fn throttle(
     let slack = tick + tick / 2;
     move |store| {
         let now = std::time::Instant::now();
-        let made = store.data().host_calls;
+        let (made, exchanged) = (store.data().host_calls, store.data().exchanged);
         let gap = now.duration_since(last);
         if made == calls && gap < slack {
             computed += gap;
         }
         (last, calls) = (now, made);
-        if computed < FULL_SPEED {
+        if computed < allowance(exchanged) {
             return Ok(match cpu.pace(&meter) {
                 Some(turn) => wasmtime::UpdateDeadline::YieldCustom(1, turn),
                 None => wasmtime::UpdateDeadline::Yield(1),
@@ -207,7 +221,7 @@ fn throttle(
         }
         if !throttled {
             throttled = true;
-            tracing::debug!(plugin = %plugin, ?computed, "plugin call throttled: runaway compute");
+            tracing::debug!(plugin = %plugin, ?computed, exchanged, "plugin call throttled: runaway compute");
             let l = crate::metrics::labels(&[("plugin", &plugin)]);
             crate::metrics::METRICS.throttled.get_or_create(&l).inc();
         }

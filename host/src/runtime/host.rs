@@ -105,6 +105,10 @@ pub struct HostState {
     /// Host calls made so far (cluster, Events, logs): the throttle tells time spent in
     /// them from the guest's own compute (see `call::throttle`).
     pub(super) host_calls: u64,
+    /// Bytes handed across host calls in this call, both ways (objects read, objects
+    /// sent and their answers): the throttle lets a call compute longer the more data
+    /// it was given to work on (see `call::throttle`).
+    pub(super) exchanged: u64,
     /// A script plugin's script, for the engine's `script` import (see `script`).
     pub(super) script: Option<Arc<super::script::Script>>,
 }
@@ -151,6 +155,7 @@ impl HostState {
             event_budget: 0,
             output: stdout,
             host_calls: 0,
+            exchanged: 0,
             script,
         };
         state.begin(call, limits);
@@ -165,6 +170,7 @@ impl HostState {
             None => (None, None),
         };
         self.reported.clear();
+        self.exchanged = 0;
         self.max_payload = limits.max_payload;
         self.log_budget = limits.log_lines;
         self.event_budget = limits.events;
@@ -245,7 +251,15 @@ impl HostState {
     async fn read_one(&mut self, object: types::ObjectRef, read: gateway::Read) -> Result<String, types::Error> {
         let g = self.gateway()?.clone();
         let r = g.get(&sdk_ref(object), read).await.map_err(to_wit);
+        let r = self.handed(0, r);
         self.denied(r).await
+    }
+
+    /// Counts `sent` bytes and the answer `r` into [`HostState::exchanged`].
+    fn handed(&mut self, sent: usize, r: Result<String, types::Error>) -> Result<String, types::Error> {
+        let got = r.as_ref().map_or(0, String::len);
+        self.exchanged += (sent + got) as u64;
+        r
     }
 
     async fn read_list(
@@ -262,6 +276,7 @@ impl HostState {
             field_selector: params.field_selector,
         };
         let r = g.list(&kind, &params, read).await.map_err(to_wit);
+        let r = self.handed(0, r);
         self.denied(r).await
     }
 }
@@ -300,7 +315,7 @@ impl cluster::Host for HostState {
             Ok(v) => v,
             Err(e) => return Ok(Err(e)),
         };
-        let r = json(g.create(v).await);
+        let r = self.handed(object.len(), json(g.create(v).await));
         Ok(self.denied(r).await)
     }
 
@@ -313,7 +328,7 @@ impl cluster::Host for HostState {
             Ok(v) => v,
             Err(e) => return Ok(Err(e)),
         };
-        let r = json(g.update(v).await);
+        let r = self.handed(object.len(), json(g.update(v).await));
         Ok(self.denied(r).await)
     }
 
@@ -326,7 +341,7 @@ impl cluster::Host for HostState {
             Ok(v) => v,
             Err(e) => return Ok(Err(e)),
         };
-        let r = json(g.update_status(v).await);
+        let r = self.handed(object.len(), json(g.update_status(v).await));
         Ok(self.denied(r).await)
     }
 

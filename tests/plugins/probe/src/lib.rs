@@ -12,7 +12,10 @@
 //! `requeue0` asks to be called again at once (requeue-after 0). `long` keeps
 //! reconciling for `data.ticks` × 200 ms (default 100: 20 s), writing its
 //! ServiceAccount's `probe/tick` annotation every tick: a reconcile that is mid-write
-//! whenever its host is deposed.
+//! whenever its host is deposed. `digest:MS` reads every ConfigMap of its namespace
+//! and works on that data (serialize, parse, again) for MS ms of its own compute, then
+//! logs `probe digested` with the bytes and passes: a reconcile that computes over
+//! much data it was handed, not a runaway loop.
 //!
 //! It also serves a validating webhook `check` for ConfigMaps: `data.admission` =
 //! `deny` denies, `panic` traps, `loop` spins until the host's deadline; anything else
@@ -76,6 +79,9 @@ impl Reconciler for Probe {
                 ctx.get(&req.object)?;
             }
             return Ok(Action::done());
+        }
+        if let Some(ms) = mode.strip_prefix("digest:").and_then(|n| n.parse::<u64>().ok()) {
+            return digest(ctx, &req.object, Duration::from_millis(ms));
         }
         ctx.info("probe reconcile", &[("name", name), ("mode", mode)]);
 
@@ -188,6 +194,23 @@ impl wasmop_sdk::Webhooks for Probe {
 }
 
 wasmop_sdk::export_plugin!(Probe, webhooks = Probe);
+
+/// `digest:MS`: every ConfigMap of the namespace, serialized and parsed again and again
+/// for `work` (wall time from the first read; no host call meanwhile).
+fn digest(ctx: &Context<'_>, cm: &ObjectRef, work: Duration) -> Result<Action, ReconcileError> {
+    let params = wasmop_sdk::ListParams { namespace: cm.namespace.clone(), ..Default::default() };
+    let all = ctx.list(&KindRef::new("v1", "ConfigMap"), &params)?;
+    let start = std::time::Instant::now();
+    let (mut text, mut passes) = (serde_json::to_string(&all).unwrap_or_default(), 0u32);
+    while start.elapsed() < work {
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        text = v.to_string();
+        passes += 1;
+    }
+    let (bytes, passes) = (text.len().to_string(), passes.to_string());
+    ctx.info("probe digested", &[("name", &cm.name), ("bytes", &bytes), ("passes", &passes)]);
+    Ok(Action::done())
+}
 
 #[cfg(test)]
 mod tests {
