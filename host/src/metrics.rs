@@ -123,7 +123,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     registry.register(
         "wasmop_plugin_calls_throttled",
-        "Plugin calls held to a share of a thread after computing for 100 ms without a host call",
+        "Plugin calls held to a share of a thread after computing without a host call for 100 ms plus 100 ms per MiB of data they were handed",
         m.throttled.clone(),
     );
     registry.register(

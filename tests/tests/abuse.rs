@@ -321,13 +321,16 @@ fn a_reconcile_of_thousands_of_host_calls_runs_at_full_speed_and_a_spinning_one_
 }
 
 /// Compute over data a call was handed is not runaway: a reconcile that works for
-/// 250 ms on 4.5 MiB it read runs at full speed (its allowance grows 100 ms per MiB),
-/// while the same 250 ms on a few bytes is held as a spinning loop is. On the flat
-/// 100 ms allowance this host had, both were throttled (a SidecarSet reconcile over
-/// 2,000 Pods then took ten times as long).
+/// 250 ms on 6 MiB it read runs at full speed (its allowance, 100 ms plus 100 ms per
+/// MiB, is ~700 ms), while a second on a few bytes is held as a spinning loop is. On
+/// the flat 100 ms allowance this host had, both were throttled (a SidecarSet
+/// reconcile over 2,000 Pods then took ten times as long). Margins for a busy CI
+/// machine: the small one works for 1 s of wall time, so that 100 ms of it counts as
+/// compute however often it is descheduled; plugin code is compiled optimized up
+/// front, so the big one's list parse and its 250 ms are not run on baseline code.
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
-fn compute_over_much_data_read_is_not_throttled_and_the_same_compute_over_little_is() -> Result<()> {
+fn compute_over_much_data_read_is_not_throttled_and_compute_over_little_is() -> Result<()> {
     let big = Namespace::new("digest-big");
     let small = Namespace::new("digest-small");
     let probe = plugin_path("probe.wasm");
@@ -336,12 +339,11 @@ fn compute_over_much_data_read_is_not_throttled_and_the_same_compute_over_little
             ("probe", &probe, &format!("namespace: {}", big.0)),
             ("probe-small", &probe, &format!("namespace: {}", small.0)),
         ],
-        &["--reconcile-deadline-seconds", "20"],
+        &["--reconcile-deadline-seconds", "20", "--plugin-compiler", "optimizing"],
     )?;
-    // Six ConfigMaps of 768 KiB each (data the probe lists from its cache), then the
-    // reconcile that digests them.
+    // Eight ConfigMaps of 768 KiB each: data the probe lists from its cache.
     let filler = "x".repeat(768 << 10);
-    for i in 0..6 {
+    for i in 0..8 {
         let cm = format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: data-{i}, namespace: {}}}\ndata: {{blob: {filler}}}\n",
             big.0
@@ -351,13 +353,13 @@ fn compute_over_much_data_read_is_not_throttled_and_the_same_compute_over_little
     }
     // Applied after the blobs, so its watch event comes after theirs: the probe's
     // cache holds every blob when it reconciles (the logged bytes say so).
-    let digest = |ns: &str, name: &str| {
+    let digest = |ns: &str, name: &str, ms: u32| {
         format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{probe: \"true\"}}}}\ndata: {{mode: \"digest:250\"}}\n"
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{probe: \"true\"}}}}\ndata: {{mode: \"digest:{ms}\"}}\n"
         )
     };
-    apply(&digest(&big.0, "digest-big")).map_err(|e| anyhow!(e))?;
-    apply(&digest(&small.0, "digest-small")).map_err(|e| anyhow!(e))?;
+    apply(&digest(&big.0, "digest-big", 250)).map_err(|e| anyhow!(e))?;
+    apply(&digest(&small.0, "digest-small", 1000)).map_err(|e| anyhow!(e))?;
     let digested = |name: &str| {
         let log = host.logs();
         log.lines().find(|l| l.contains("probe digested") && l.contains(&format!("name={name} "))).map(str::to_owned)
@@ -370,10 +372,10 @@ fn compute_over_much_data_read_is_not_throttled_and_the_same_compute_over_little
     })?;
     let bytes: usize =
         line.split("bytes=").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|b| b.parse().ok()).unwrap_or(0);
-    assert!(bytes > 4 << 20, "the digest read every blob: {line}");
+    assert!(bytes > 6 << 20, "the digest read every blob: {line}");
     let throttled =
         |plugin: &str| counter_sum(&host, "wasmop_plugin_calls_throttled_total", &format!(r#"plugin="{plugin}""#));
     assert_eq!(throttled("probe")?, 0.0, "250 ms over {bytes} bytes read is within the allowance");
-    assert!(throttled("probe-small")? >= 1.0, "250 ms over a few bytes is runaway compute");
+    assert!(throttled("probe-small")? >= 1.0, "1 s over a few bytes is runaway compute");
     Ok(())
 }

@@ -44,6 +44,8 @@ impl Runtime {
         }
         let name = gateway.plugin().to_owned();
         self.call(c, &name, Some((gateway, None)), limits, Some(settings), async |code, i, s| {
+            // The review handed in counts toward the call's compute allowance.
+            s.data_mut().exchanged += request.len() as u64;
             export(code)?.load(&mut *s, i)?.call_review(s, handler, settings, request).await
         })
         .await

@@ -167,8 +167,8 @@ impl Runtime {
 /// reconcile of a few objects computes for well under that; only runaway code gets
 /// here.
 const FULL_SPEED: Duration = Duration::from_millis(100);
-/// And per MiB handed across its host calls (read, sent, answered): work on data
-/// grows with the data. Why 100 ms: parsing JSON in a plugin runs at 50–200 MiB/s,
+/// And per MiB handed to and from the guest (the call's object or review, and what
+/// its host calls read, sent and got back): work on data grows with the data. Why 100 ms: parsing JSON in a plugin runs at 50–200 MiB/s,
 /// and a reconcile touches what it read a few times (filter, sort, rewrite). A
 /// SidecarSet reconcile over 2,000 Pods (several MiB listed) computes for ~0.3 s; at
 /// 100 ms flat it was held to a tenth of a thread, and a 2,000-Pod rollout took 227 s

@@ -105,9 +105,10 @@ pub struct HostState {
     /// Host calls made so far (cluster, Events, logs): the throttle tells time spent in
     /// them from the guest's own compute (see `call::throttle`).
     pub(super) host_calls: u64,
-    /// Bytes handed across host calls in this call, both ways (objects read, objects
-    /// sent and their answers): the throttle lets a call compute longer the more data
-    /// it was given to work on (see `call::throttle`).
+    /// Bytes handed to and from the guest in this call: the object or review it was
+    /// called with, and every host call's objects read, sent (even if refused) and
+    /// answered. The throttle lets a call compute longer the more data it was given
+    /// to work on (see `call::throttle`).
     pub(super) exchanged: u64,
     /// A script plugin's script, for the engine's `script` import (see `script`).
     pub(super) script: Option<Arc<super::script::Script>>,

@@ -225,6 +225,8 @@ impl Runtime {
         let name = gateway.plugin().to_owned();
         let r = self
             .call(c, &name, Some((gateway, Some(object.clone()))), limits, None, async |code, i, s| {
+                // The object handed in counts toward the call's compute allowance.
+                s.data_mut().exchanged += req.current.as_ref().map_or(0, |c| c.len() as u64);
                 code.reconciler.load(&mut *s, i)?.call_reconcile(s, &req).await
             })
             .await?;

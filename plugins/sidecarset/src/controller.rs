@@ -171,9 +171,10 @@ fn report(ctx: &Context<'_>, req: &Request, done: &[String]) {
 
 /// An int, or a percentage of `total` rounded up or down (Kubernetes'
 /// `GetScaledValueFromIntOrPercent`), not clamped. A percentage over 100 is valid (as in
-/// Kruise); one too large for any integer counts as all of `total` (Kruise's parse fails
-/// there and reads 0, which for a partition would update every Pod at once). A string
-/// that is not a percentage (refused by the webhook) counts as 0, as in Kruise.
+/// Kruise) and counts as all of `total`, even one too large for any integer (where
+/// Kruise is undefined: its float-to-int conversion overflows, to 0 on amd64 for a
+/// partition, and its maxUnavailable parse fails, reading 0). A string that is not a
+/// percentage (refused by the webhook) counts as 0, as in Kruise.
 fn scaled(v: &IntOrString, total: i32, round_up: bool) -> i64 {
     match v {
         IntOrString::Int(i) => i64::from(*i),

@@ -19,7 +19,12 @@
 //! ControllerRevision history is kept; `injectionStrategy.revision`, `priorityStrategy`,
 //! `scatterStrategy`, `resourcesPolicy` and the `v1beta1` version are not in the CRD, so
 //! kubectl's strict validation refuses them; the `kruise.io/sidecarset-hash` values
-//! are computed differently from Kruise's, so Pods injected by Kruise are not rolled.
+//! are computed differently from Kruise's, so Pods injected by Kruise are not rolled;
+//! the rollout counts every matched Pod (Kruise leaves out Pods missing one of the
+//! set's containers) and orders Pods not-Ready first, then by name (Kruise also by
+//! phase, readiness time, restarts and age), so a partition keeps as many Pods as
+//! Kruise's but not always the same ones; a percentage too large for any integer
+//! means all Pods (Kruise's result there is undefined or 0).
 
 mod controller;
 pub mod defaults;

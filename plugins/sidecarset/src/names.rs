@@ -1,6 +1,6 @@
 //! Kubernetes' name rules (apimachinery's `validation` package): DNS-1123 labels and
-//! subdomains, qualified names (label and annotation keys) and label values. Each
-//! returns what is wrong in Kubernetes' words, or nothing.
+//! subdomains, qualified names (label and annotation keys) and label values. The
+//! checks a message comes from return it (what is wrong and the rule), or None.
 
 /// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (container names).
 pub fn dns1123_label(s: &str) -> bool {

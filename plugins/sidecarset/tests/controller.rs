@@ -186,7 +186,7 @@ fn rollout_counts_as_kruise_does() {
     // Partitions as Kruise >= 1.8's CalculatePartitionReplicas: a percentage rounds up
     // (50 % of 3 keeps 2 old), one below "100%" that reaches every Pod keeps all but
     // one, "100%" and anything above keep all, a percentage too large for any integer
-    // too (Kruise would read it as 0 and update all at once).
+    // too (where Kruise's conversion overflows).
     for (partition, kept) in [
         (json!("50%"), 2),
         (json!("10%"), 1),
