@@ -71,6 +71,7 @@ impl Reconciler for SidecarSetController {
                 scope::selects(&ss.spec, ns, ns_labels.get(ns).unwrap_or(&empty), &labels)
                     && pod_hash(p, HASH, &name).is_some()
                     && active(p)
+                    && consistent(p, &ss)
             })
             .collect();
         let updated = |p: &Value| pod_hash(p, HASH, &name).as_deref() == Some(hash.as_str());
@@ -209,6 +210,15 @@ fn partition(v: Option<&IntOrString>, total: i32) -> usize {
 fn active(p: &Value) -> bool {
     p["metadata"]["deletionTimestamp"].is_null()
         && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+}
+
+/// A Pod that has every container of the set (Kruise's `IsPodConsistentWithSidecarSet`):
+/// one whose sidecar was since removed, or a set that gained a container after the Pod
+/// was injected, is neither counted nor rolled, since an in-place update cannot add a
+/// container.
+fn consistent(p: &Value, ss: &SidecarSet) -> bool {
+    let has = |n: &str| p["spec"]["containers"].as_array().is_some_and(|cs| cs.iter().any(|c| c["name"] == n));
+    ss.spec.containers.iter().all(|c| has(&c.container.name))
 }
 
 fn ready(p: &Value) -> bool {

@@ -72,9 +72,10 @@ fn place(mut app: Vec<Value>, sidecars: Vec<(bool, Value)>) -> Vec<Value> {
 }
 
 /// The sidecars of `list` for a Pod whose app containers are `app`, each with whether
-/// it goes after the app.
-fn sidecars(list: &[SidecarContainer], app: &[Value]) -> Vec<(bool, Value)> {
-    list.iter().map(|c| (c.pod_inject_policy.as_deref() == Some(AFTER_APP), sidecar(c, app))).collect()
+/// it goes after the app (without a policy: `after`, Kruise's default for the kind).
+fn sidecars(list: &[SidecarContainer], app: &[Value], after: bool) -> Vec<(bool, Value)> {
+    let goes_after = |c: &SidecarContainer| c.pod_inject_policy.as_deref().map_or(after, |p| p == AFTER_APP);
+    list.iter().map(|c| (goes_after(c), sidecar(c, app))).collect()
 }
 
 fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
@@ -92,10 +93,12 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
     let app = take_array(&mut pod["spec"]["containers"]);
     // Every set's sidecars are built while the app containers are as the Pod came
     // (transferEnv and shared mounts read them), then the app containers move.
-    let built: Vec<_> =
-        sets.iter().map(|ss| (sidecars(&ss.spec.containers, &app), sidecars(&ss.spec.init_containers, &app))).collect();
-    let mut containers = app;
-    let (mut inits, had_inits) = take_spec(pod, "initContainers");
+    let built: Vec<_> = sets
+        .iter()
+        .map(|ss| (sidecars(&ss.spec.containers, &app, false), sidecars(&ss.spec.init_containers, &app, true)))
+        .collect();
+    let containers = app;
+    let (inits, had_inits) = take_spec(pod, "initContainers");
     let (mut volumes, had_volumes) = take_spec(pod, "volumes");
     let (mut secrets, had_secrets) = take_spec(pod, "imagePullSecrets");
     let mut hash = annotation_map(pod, HASH);
@@ -109,6 +112,10 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
         _ => serde_json::Map::new(),
     };
 
+    // Every set's sidecars are placed in one pass, as Kruise merges them: the sets'
+    // before-app containers, in set order, ahead of the app's; init containers sorted
+    // by name across sets (a stable sort, so one set's order holds among equals).
+    let (mut all_cs, mut all_is) = (Vec::new(), Vec::new());
     for (ss, (cs, is)) in sets.iter().zip(built) {
         let name = ss.metadata.name.clone().unwrap_or_default();
         let list: Vec<String> =
@@ -119,8 +126,8 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
             .flat_map(|(_, v)| v["volumeMounts"].as_array().into_iter().flatten())
             .filter_map(|m| m["name"].as_str().map(str::to_owned))
             .collect();
-        containers = place(containers, cs);
-        inits = place(inits, is);
+        all_cs.extend(cs);
+        all_is.extend(is);
         for v in &ss.spec.volumes {
             let taken = volumes.iter().any(|x| x["name"] == v.name.as_str());
             if mounted.contains(&v.name) && !taken {
@@ -163,6 +170,9 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
             injected.push(name);
         }
     }
+    all_is.sort_by(|a, b| a.1["name"].as_str().cmp(&b.1["name"].as_str()));
+    let containers = place(containers, all_cs);
+    let inits = place(inits, all_is);
     annotations.insert(HASH.into(), json!(serde_json::to_string(&hash).unwrap_or_default()));
     annotations.insert(HASH_WITHOUT_IMAGE.into(), json!(serde_json::to_string(&hash_wo).unwrap_or_default()));
     annotations.insert(INJECTED_LIST.into(), json!(injected.join(",")));

@@ -11,8 +11,10 @@
 //! init container under RollingUpdate, each patched annotation key once), the rollout's
 //! counting (Kruise >= 1.8: the partition, rounded up, is kept out of the Pods waiting
 //! for the new version; maxUnavailable rounds up; only updated Pods that are not
-//! available count against it; finished Pods are neither counted nor updated), and a
-//! sidecar replacing a same-named Pod container where it stands.
+//! available count against it; finished Pods, and Pods missing one of the set's
+//! containers, are neither counted nor updated), and injection (a sidecar replaces a
+//! same-named Pod container where it stands; all matching sets' sidecars are placed in
+//! one pass, init containers sorted by name across sets).
 //!
 //! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
 //! validation; `revisionHistoryLimit` is accepted (Kruise's defaulting writes it) but no
@@ -20,8 +22,7 @@
 //! `scatterStrategy`, `resourcesPolicy` and the `v1beta1` version are not in the CRD, so
 //! kubectl's strict validation refuses them; the `kruise.io/sidecarset-hash` values
 //! are computed differently from Kruise's, so Pods injected by Kruise are not rolled;
-//! the rollout counts every matched Pod (Kruise leaves out Pods missing one of the
-//! set's containers) and orders Pods not-Ready first, then by name (Kruise also by
+//! the rollout orders Pods not-Ready first, then by name (Kruise also by
 //! phase, readiness time, restarts and age), so a partition keeps as many Pods as
 //! Kruise's but not always the same ones; a percentage too large for any integer
 //! means all Pods (Kruise's result there is undefined or 0).

@@ -247,3 +247,25 @@ fn finished_pods_are_neither_counted_nor_updated() {
     assert_eq!(p0["spec"]["containers"][0]["image"], "busybox:1.37");
     assert_eq!(new_images(&fake), 1, "the finished Pods keep their spec");
 }
+
+#[test]
+fn pods_missing_a_container_of_the_set_are_not_counted() {
+    // As Kruise's IsPodConsistentWithSidecarSet: once the set gains a container its
+    // Pods were injected without, they are neither matched nor rolled (an in-place
+    // update cannot add a container); new Pods get both and count again.
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"maxUnavailable": "100%"}), 2);
+    all_ready(&fake, 2);
+    assert_eq!(reconcile(&fake)["matchedPods"].as_i64(), Some(2));
+    let mut ss = fake.object(&ss_key()).unwrap();
+    ss["spec"]["containers"].as_array_mut().unwrap().push(json!({"name": "audit", "image": "busybox:1.36"}));
+    let ss = admit(&fake, DEFAULT, None, ss);
+    fake.edit(&ss_key(), |o| *o = ss).unwrap();
+    let s = reconcile(&fake);
+    assert_eq!(s["matchedPods"].as_i64(), Some(0), "{s}");
+    let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p9", "namespace": "demo", "labels": {"app": "web"}},
+                   "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
+    fake.seed(admit(&fake, INJECT, Some("demo"), p)).unwrap();
+    let s = reconcile(&fake);
+    assert_eq!((s["matchedPods"].as_i64(), s["updatedPods"].as_i64()), (Some(1), Some(1)), "{s}");
+}

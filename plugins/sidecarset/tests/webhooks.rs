@@ -107,6 +107,27 @@ fn injects_before_and_after_the_app_with_everything_it_needs() {
 }
 
 #[test]
+fn sidecars_of_several_sets_are_merged_as_kruise_does() {
+    // Kruise merges every matching set's sidecars in one pass: the sets' before-app
+    // containers (set order) ahead of the app's, and the init containers sorted by
+    // name across sets after the Pod's own. Placing set by set gave `b1, a1, app`.
+    let fake = FakeCluster::new();
+    let set = |c: &str, i: &str| {
+        json!({"selector": {"matchLabels": {"app": "web"}},
+               "containers": [{"name": c, "image": "busybox:1.36"}],
+               "initContainers": [{"name": i, "image": "busybox:1.36"}]})
+    };
+    store(&fake, sidecarset("a", set("a1", "z-init")));
+    store(&fake, sidecarset("b", set("b1", "m-init")));
+    let mut original = pod(json!({"app": "web"}));
+    original["spec"]["initContainers"] = json!([{"name": "own-init", "image": "busybox:1.36"}]);
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), original.clone(), None);
+    let p = r.apply(&original).unwrap();
+    assert_eq!(names(&p["spec"]["containers"]), ["a1", "b1", "app"]);
+    assert_eq!(names(&p["spec"]["initContainers"]), ["own-init", "m-init", "z-init"]);
+}
+
+#[test]
 fn namespace_scope_and_pause_are_respected() {
     let fake = FakeCluster::new();
     let mut spec = two_sidecars();
