@@ -6,7 +6,7 @@
 use crate::defaults::{AFTER_APP, HASH, HASH_WITHOUT_IMAGE, INJECTED_LIST, current_hashes};
 use crate::types::{SidecarContainer, SidecarSet};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The array `key` of the Pod's spec, moved out, and whether the Pod had that field.
 fn take_spec(pod: &mut Value, key: &str) -> (Vec<Value>, bool) {
@@ -103,7 +103,8 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
     let (mut secrets, had_secrets) = take_spec(pod, "imagePullSecrets");
     let mut hash = annotation_map(pod, HASH);
     let mut hash_wo = annotation_map(pod, HASH_WITHOUT_IMAGE);
-    let mut injected: Vec<String> = pod["metadata"]["annotations"][INJECTED_LIST]
+    // Sorted, as Kruise writes it.
+    let mut injected: BTreeSet<String> = pod["metadata"]["annotations"][INJECTED_LIST]
         .as_str()
         .map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_owned).collect())
         .unwrap_or_default();
@@ -118,12 +119,22 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
     let (mut all_cs, mut all_is) = (Vec::new(), Vec::new());
     for (ss, (cs, is)) in sets.iter().zip(built) {
         let name = ss.metadata.name.clone().unwrap_or_default();
-        let list: Vec<String> =
-            cs.iter().chain(&is).filter_map(|(_, v)| v["name"].as_str().map(str::to_owned)).collect();
+        // As Kruise: the containers and the native-sidecar init containers (restartPolicy
+        // Always: the only init containers an in-place update may touch), sorted.
+        let native = |v: &Value| v["restartPolicy"] == "Always";
+        let list: BTreeSet<String> = cs
+            .iter()
+            .chain(is.iter().filter(|(_, v)| native(v)))
+            .filter_map(|(_, v)| v["name"].as_str().map(str::to_owned))
+            .collect();
+        // Volumes a sidecar mounts or uses as a block device.
         let mounted: Vec<String> = cs
             .iter()
             .chain(&is)
-            .flat_map(|(_, v)| v["volumeMounts"].as_array().into_iter().flatten())
+            .flat_map(|(_, v)| {
+                let mounts = v["volumeMounts"].as_array().into_iter().flatten();
+                mounts.chain(v["volumeDevices"].as_array().into_iter().flatten())
+            })
             .filter_map(|m| m["name"].as_str().map(str::to_owned))
             .collect();
         all_cs.extend(cs);
@@ -166,16 +177,14 @@ pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
         let (h, w) = current_hashes(ss);
         hash.insert(name.clone(), json!({"hash": h, "sidecarSetName": name, "sidecarList": list}));
         hash_wo.insert(name.clone(), json!({"hash": w, "sidecarSetName": name, "sidecarList": list}));
-        if !injected.contains(&name) {
-            injected.push(name);
-        }
+        injected.insert(name);
     }
     all_is.sort_by(|a, b| a.1["name"].as_str().cmp(&b.1["name"].as_str()));
     let containers = place(containers, all_cs);
     let inits = place(inits, all_is);
     annotations.insert(HASH.into(), json!(serde_json::to_string(&hash).unwrap_or_default()));
     annotations.insert(HASH_WITHOUT_IMAGE.into(), json!(serde_json::to_string(&hash_wo).unwrap_or_default()));
-    annotations.insert(INJECTED_LIST.into(), json!(injected.join(",")));
+    annotations.insert(INJECTED_LIST.into(), json!(injected.into_iter().collect::<Vec<_>>().join(",")));
 
     pod["metadata"]["annotations"] = Value::Object(annotations);
     pod["spec"]["containers"] = Value::Array(containers);

@@ -14,7 +14,9 @@
 //! available count against it; finished Pods, and Pods missing one of the set's
 //! containers, are neither counted nor updated), and injection (a sidecar replaces a
 //! same-named Pod container where it stands; all matching sets' sidecars are placed in
-//! one pass, init containers sorted by name across sets).
+//! one pass, init containers sorted by name across sets; volumes used as block devices
+//! go in too; `sidecarList` names containers and native-sidecar init containers,
+//! sorted, and the injected-list annotation is sorted).
 //!
 //! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
 //! validation; `revisionHistoryLimit` is accepted (Kruise's defaulting writes it) but no

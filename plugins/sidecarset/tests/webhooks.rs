@@ -100,7 +100,7 @@ fn injects_before_and_after_the_app_with_everything_it_needs() {
     assert_eq!(a["team"], "infra");
     assert_eq!(a["kruise.io/sidecarset-injected-list"], "s");
     let h: Value = serde_json::from_str(a["kruise.io/sidecarset-hash"].as_str().unwrap()).unwrap();
-    assert_eq!(h["s"]["sidecarList"], json!(["before", "after"]));
+    assert_eq!(h["s"]["sidecarList"], json!(["after", "before"]), "sorted, as Kruise's");
 
     let r = review(&fake, INJECT, Operation::Create, Some("default"), pod(json!({"app": "db"})), None);
     assert!(r.allowed && r.patch.is_none() && r.object.is_none(), "a Pod the selector does not match is untouched");
@@ -117,14 +117,29 @@ fn sidecars_of_several_sets_are_merged_as_kruise_does() {
                "containers": [{"name": c, "image": "busybox:1.36"}],
                "initContainers": [{"name": i, "image": "busybox:1.36"}]})
     };
-    store(&fake, sidecarset("a", set("a1", "z-init")));
-    store(&fake, sidecarset("b", set("b1", "m-init")));
+    let mut a = set("a1", "z-init");
+    // A volume the sidecar uses only as a block device goes in too (without it the
+    // apiserver refuses the Pod: volumeDevices[0].name: Not found).
+    a["containers"][0]["volumeDevices"] = json!([{"name": "blk", "devicePath": "/dev/blk"}]);
+    a["volumes"] = json!([{"name": "blk", "persistentVolumeClaim": {"claimName": "c"}}]);
+    store(&fake, sidecarset("a", a));
+    let mut b = set("b1", "m-init");
+    b["initContainers"][0]["restartPolicy"] = json!("Always");
+    b["updateStrategy"] = json!({"type": "NotUpdate"});
+    store(&fake, sidecarset("b", b));
     let mut original = pod(json!({"app": "web"}));
     original["spec"]["initContainers"] = json!([{"name": "own-init", "image": "busybox:1.36"}]);
+    original["metadata"]["annotations"] = json!({"kruise.io/sidecarset-injected-list": "zz"});
     let r = review(&fake, INJECT, Operation::Create, Some("default"), original.clone(), None);
     let p = r.apply(&original).unwrap();
     assert_eq!(names(&p["spec"]["containers"]), ["a1", "b1", "app"]);
     assert_eq!(names(&p["spec"]["initContainers"]), ["own-init", "m-init", "z-init"]);
+    assert_eq!(names(&p["spec"]["volumes"]), ["data", "blk"]);
+    let a = &p["metadata"]["annotations"];
+    assert_eq!(a["kruise.io/sidecarset-injected-list"], "a,b,zz", "sorted, as Kruise writes it");
+    // sidecarList names the containers and native-sidecar init containers only.
+    let h: Value = serde_json::from_str(a["kruise.io/sidecarset-hash"].as_str().unwrap()).unwrap();
+    assert_eq!((&h["a"]["sidecarList"], &h["b"]["sidecarList"]), (&json!(["a1"]), &json!(["b1", "m-init"])));
 }
 
 #[test]
