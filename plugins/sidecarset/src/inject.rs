@@ -4,7 +4,8 @@
 //! (a newer Kubernetes) survive untouched, so the JSONPatch holds only the injection.
 
 use crate::defaults::{AFTER_APP, HASH, HASH_WITHOUT_IMAGE, INJECTED_LIST, current_hashes};
-use crate::types::{SidecarContainer, SidecarSet};
+use crate::names::split_subscript;
+use crate::types::{SidecarContainer, SidecarSet, TransferEnvVar};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,19 +25,37 @@ fn take_array(v: &mut Value) -> Vec<Value> {
     }
 }
 
-/// The sidecar as it goes into the Pod: IS_INJECTED, transferred env, shared mounts.
-fn sidecar(sc: &SidecarContainer, app: &[Value]) -> Value {
+/// The container a transferEnv entry copies from: named by the Pod's label or
+/// annotation when `sourceContainerNameFrom` says so, else `sourceContainerName`. As
+/// Kruise's `ExtractContainerNameFromFieldPath`: another field path, or a Pod without
+/// that key, copies nothing.
+fn source_name<'a>(t: &'a TransferEnvVar, labels: &'a Value, annotations: &'a Value) -> Option<&'a str> {
+    let Some(path) = t.source_container_name_from.as_ref().and_then(|f| f.field_ref.as_ref()) else {
+        return t.source_container_name.as_deref();
+    };
+    let (field, key) = split_subscript(&path.field_path)?;
+    match field {
+        "metadata.labels" => labels[key].as_str(),
+        "metadata.annotations" => annotations[key].as_str(),
+        _ => None,
+    }
+}
+
+/// The sidecar as it goes into the Pod: IS_INJECTED, transferred env (per entry, in
+/// name order, none that the sidecar already sets: Kruise's order), shared mounts.
+fn sidecar(sc: &SidecarContainer, app: &[Value], labels: &Value, annotations: &Value) -> Value {
     let mut c = serde_json::to_value(&sc.container).unwrap_or_default();
     let mut env: Vec<Value> = take_array(&mut c["env"]).into_iter().filter(|e| e["name"] != "IS_INJECTED").collect();
     env.push(json!({"name": "IS_INJECTED", "value": "true"}));
     for t in &sc.transfer_env {
-        let Some(src) = t.source_container_name.as_deref() else { continue };
+        let Some(src) = source_name(t, labels, annotations) else { continue };
         let Some(from) = app.iter().find(|c| c["name"] == src) else { continue };
-        let wanted: Vec<&str> =
-            t.env_name.iter().map(String::as_str).chain(t.env_names.iter().map(String::as_str)).collect();
-        for e in from["env"].as_array().into_iter().flatten() {
-            let n = e["name"].as_str().unwrap_or("");
-            if wanted.contains(&n) && !env.iter().any(|x| x["name"] == n) {
+        let wanted: BTreeSet<&str> = t.env_name.iter().chain(&t.env_names).map(String::as_str).collect();
+        for n in wanted {
+            let found = from["env"].as_array().into_iter().flatten().find(|e| e["name"] == n);
+            if let Some(e) = found
+                && !env.iter().any(|x| x["name"] == n)
+            {
                 env.push(e.clone());
             }
         }
@@ -73,9 +92,11 @@ fn place(mut app: Vec<Value>, sidecars: Vec<(bool, Value)>) -> Vec<Value> {
 
 /// The sidecars of `list` for a Pod whose app containers are `app`, each with whether
 /// it goes after the app (without a policy: `after`, Kruise's default for the kind).
-fn sidecars(list: &[SidecarContainer], app: &[Value], after: bool) -> Vec<(bool, Value)> {
+fn sidecars(list: &[SidecarContainer], pod: &Value, labels: &Value, after: bool) -> Vec<(bool, Value)> {
     let goes_after = |c: &SidecarContainer| c.pod_inject_policy.as_deref().map_or(after, |p| p == AFTER_APP);
-    list.iter().map(|c| (goes_after(c), sidecar(c, app))).collect()
+    let app = pod["spec"]["containers"].as_array().map_or(&[][..], Vec::as_slice);
+    let annotations = &pod["metadata"]["annotations"];
+    list.iter().map(|c| (goes_after(c), sidecar(c, app, labels, annotations))).collect()
 }
 
 fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
@@ -83,20 +104,20 @@ fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
 }
 
 /// Injects every SidecarSet in `sets` (the ones that select this Pod, not paused, in
-/// name order) into `pod`. Returns false when nothing was to be injected.
-pub fn inject(pod: &mut Value, sets: &[&SidecarSet]) -> bool {
+/// name order) into `pod`, whose labels are `labels` (`pod` may hold only the parts
+/// injection changes). Returns false when nothing was to be injected.
+pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> bool {
     if sets.is_empty() {
         return false;
     }
+    // Every set's sidecars are built while the Pod is as it came (transferEnv and
+    // shared mounts read its containers and metadata).
+    let build = |l: &[SidecarContainer], after| sidecars(l, pod, labels, after);
+    let built: Vec<_> =
+        sets.iter().map(|ss| (build(&ss.spec.containers, false), build(&ss.spec.init_containers, true))).collect();
     // Moved out of the Pod, not copied: each goes back in at the end (the optional ones
     // only if the Pod had them or something was added).
     let app = take_array(&mut pod["spec"]["containers"]);
-    // Every set's sidecars are built while the app containers are as the Pod came
-    // (transferEnv and shared mounts read them), then the app containers move.
-    let built: Vec<_> = sets
-        .iter()
-        .map(|ss| (sidecars(&ss.spec.containers, &app, false), sidecars(&ss.spec.init_containers, &app, true)))
-        .collect();
     let containers = app;
     let (inits, had_inits) = take_spec(pod, "initContainers");
     let (mut volumes, had_volumes) = take_spec(pod, "volumes");

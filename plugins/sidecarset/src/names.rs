@@ -60,3 +60,10 @@ pub fn label_value(v: &str) -> Option<String> {
         )
     })
 }
+
+/// A field path with a subscript, `metadata.labels['KEY']`, split into the path and the
+/// key (apimachinery's `fieldpath.SplitMaybeSubscriptedPath`); None without one.
+pub fn split_subscript(path: &str) -> Option<(&str, &str)> {
+    let (field, key) = path.strip_suffix("']")?.split_once("['")?;
+    (!field.is_empty()).then_some((field, key))
+}

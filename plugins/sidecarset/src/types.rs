@@ -5,7 +5,7 @@
 //! Enumerations are strings here, as in Kruise's CRD: the validating webhook rejects
 //! bad values with a message naming the field, instead of a bare schema error.
 
-use k8s_openapi::api::core::v1::{Container, LocalObjectReference, Volume};
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ObjectFieldSelector, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -103,10 +103,22 @@ pub struct ShareVolumePolicy {
 pub struct TransferEnvVar {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_container_name: Option<String>,
+    /// The source container's name read from the Pod instead (it wins over
+    /// `sourceContainerName`): `fieldRef.fieldPath` `metadata.labels['KEY']` or
+    /// `metadata.annotations['KEY']`, as in Kruise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_container_name_from: Option<SourceContainerNameSource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_name: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_names: Vec<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceContainerNameSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_ref: Option<ObjectFieldSelector>,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -1,7 +1,7 @@
 //! The validating webhook's rules. Every message names the field and the rule.
 
 use crate::defaults::{AFTER_APP, BEFORE_APP, NOT_UPDATE, ROLLING_UPDATE};
-use crate::names::{dns1123_label, label_value, qualified_name};
+use crate::names::{dns1123_label, label_value, qualified_name, split_subscript};
 use crate::scope;
 use crate::types::{SidecarContainer, SidecarSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -93,11 +93,42 @@ fn containers(
                 "{f}.upgradeStrategy.upgradeType: unsupported value {other:?}, must be one of ColdUpgrade, HotUpgrade"
             )),
         }
+        for (j, t) in c.transfer_env.iter().enumerate() {
+            if let Some(r) = t.source_container_name_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
+                let f = format!("{f}.transferEnv[{j}].sourceContainerNameFrom.fieldRef");
+                errs.extend(field_ref(&f, r.api_version.as_deref(), &r.field_path));
+            }
+        }
         for (j, m) in c.container.volume_mounts.iter().flatten().enumerate() {
             if !volumes.contains(m.name.as_str()) {
                 errs.push(format!("{f}.volumeMounts[{j}].name: volume {:?} is not declared in spec.volumes", m.name));
             }
         }
+    }
+}
+
+/// Kruise's `validateDownwardAPI` for `sourceContainerNameFrom.fieldRef`: apiVersion v1
+/// and a Pod label or annotation by key (`metadata.name` and the bare maps pass
+/// validation too, as in Kruise, though they name no container).
+fn field_ref(f: &str, api_version: Option<&str>, path: &str) -> Option<String> {
+    match api_version.unwrap_or("") {
+        "" => return Some(format!("{f}.apiVersion: required")),
+        "v1" => {}
+        v => return Some(format!("{f}.apiVersion: unsupported pod version {v:?}, must be v1")),
+    }
+    if path.is_empty() {
+        return Some(format!("{f}.fieldPath: required"));
+    }
+    match split_subscript(path) {
+        Some(("metadata.annotations", key)) => {
+            qualified_name(&key.to_lowercase()).map(|e| format!("{f}.fieldPath: invalid annotation key: {e}"))
+        }
+        Some(("metadata.labels", key)) => qualified_name(key).map(|e| format!("{f}.fieldPath: invalid label key: {e}")),
+        Some((field, _)) => Some(format!("{f}.fieldPath: {field} does not support a subscript")),
+        None if ["metadata.name", "metadata.labels", "metadata.annotations"].contains(&path) => None,
+        None => Some(format!(
+            "{f}.fieldPath: unsupported value {path:?}, must be metadata.labels['KEY'] or metadata.annotations['KEY']"
+        )),
     }
 }
 

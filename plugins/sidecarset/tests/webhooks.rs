@@ -415,3 +415,72 @@ fn a_pod_container_named_like_a_sidecar_is_replaced_where_it_stands() {
     assert_eq!(names(&p["spec"]["containers"]), ["app", "before", "tail", "after"]);
     assert_eq!(p["spec"]["containers"][1]["image"], "busybox:1.36", "the sidecar replaced the Pod's own container");
 }
+
+#[test]
+fn transfer_env_reads_the_source_container_from_a_pod_label_or_annotation() {
+    // Kruise's sourceContainerNameFrom.fieldRef: the Pod names its main container.
+    let fake = FakeCluster::new();
+    let from = |path: &str| json!({"fieldRef": {"apiVersion": "v1", "fieldPath": path}});
+    let spec = json!({
+        "selector": {"matchLabels": {"app": "web"}},
+        "containers": [
+            {"name": "by-label", "image": "busybox:1.36",
+             "transferEnv": [{"sourceContainerName": "ignored", "sourceContainerNameFrom": from("metadata.labels['main']"),
+                              "envNames": ["TZ", "LANG"]}]},
+            {"name": "by-annotation", "image": "busybox:1.36",
+             "transferEnv": [{"sourceContainerNameFrom": from("metadata.annotations['example.com/main']"), "envName": "TZ"}]},
+            {"name": "by-missing-key", "image": "busybox:1.36",
+             "transferEnv": [{"sourceContainerNameFrom": from("metadata.labels['absent']"), "envName": "TZ"}]}
+        ]
+    });
+    store(&fake, sidecarset("s", spec));
+    let mut original = pod(json!({"app": "web", "main": "app"}));
+    original["metadata"]["annotations"] = json!({"example.com/main": "app"});
+    original["spec"]["containers"][0]["env"] = json!([{"name": "TZ", "value": "UTC"}, {"name": "LANG", "value": "C"}]);
+    original["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"name": "ignored", "image": "nginx", "env": [{"name": "TZ", "value": "wrong"}]}));
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), original.clone(), None);
+    let p = r.apply(&original).unwrap();
+    let env = |name: &str| {
+        let c = p["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap();
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{}={}", e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+            .collect::<Vec<_>>()
+    };
+    // Per entry in name order, after IS_INJECTED, as Kruise appends them.
+    assert_eq!(env("by-label"), ["IS_INJECTED=true", "LANG=C", "TZ=UTC"]);
+    assert_eq!(env("by-annotation"), ["IS_INJECTED=true", "TZ=UTC"]);
+    assert_eq!(env("by-missing-key"), ["IS_INJECTED=true"], "a Pod without the key copies nothing");
+
+    let fake = FakeCluster::new();
+    let bad = |path: &str, version: Value| {
+        let mut s = two_sidecars();
+        s["containers"][0]["transferEnv"] = json!([{"sourceContainerNameFrom": {"fieldRef": {"apiVersion": version, "fieldPath": path}}, "envName": "TZ"}]);
+        sidecarset("s", s)
+    };
+    let f = "spec.containers[0].transferEnv[0].sourceContainerNameFrom.fieldRef";
+    for (obj, want) in [
+        (bad("metadata.labels['a']", json!(null)), format!("{f}.apiVersion: required")),
+        (bad("metadata.labels['a']", json!("v2")), format!("{f}.apiVersion: unsupported pod version")),
+        (bad("spec.nodeName", json!("v1")), format!("{f}.fieldPath: unsupported value")),
+        (bad("metadata.name['x']", json!("v1")), format!("{f}.fieldPath: metadata.name does not support a subscript")),
+        (bad("metadata.labels['bad key']", json!("v1")), format!("{f}.fieldPath: invalid label key")),
+    ] {
+        let msg = denial(&fake, obj, None);
+        assert!(msg.contains(&want), "{want:?} not in {msg:?}");
+    }
+    let r = review(
+        &fake,
+        VALIDATE,
+        Operation::Create,
+        None,
+        bad("metadata.annotations['Example.com/Main']", json!("v1")),
+        None,
+    );
+    assert!(r.allowed, "an annotation key is checked lower-cased, as in Kruise: {:?}", r.status);
+}
