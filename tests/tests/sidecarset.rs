@@ -283,6 +283,28 @@ fn rolling_update_in_place_respects_max_unavailable_and_partition() -> Result<()
     assert_eq!(pods.iter().filter(|(_, s, _)| s == "envoy:1.30").count(), 1, "partition 1: {pods:?} (was {done:?})");
     let s = status(&name);
     assert_eq!((s["matchedPods"].as_i64(), s["updatedPods"].as_i64()), (Some(4), Some(3)), "{s}");
+    // Kruise's Pod condition, written through pods/status as the plugin's own identity:
+    // each updated Pod says this set can still update it in place; the held-back one
+    // has none.
+    let pods = get_json(&["pods", "-n", &ns.0]).unwrap();
+    let mut marked: Vec<(String, String)> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| {
+            let c = p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "SidecarSetUpgradable")?;
+            Some((c["status"].as_str()?.to_owned(), c["message"].as_str()?.to_owned()))
+        })
+        .collect();
+    marked.dedup();
+    assert_eq!(marked, [("True".to_owned(), format!("{{\"{name}\":true}}"))], "{pods}");
+    let count = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["status"]["conditions"].to_string().contains("SidecarSetUpgradable"))
+        .count();
+    assert_eq!(count, 3, "the three updated Pods carry it");
     Ok(())
 }
 

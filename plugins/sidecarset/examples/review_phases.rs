@@ -52,7 +52,7 @@ fn main() {
     let sets: Vec<SidecarSet> = serde_json::from_value(values.clone()).unwrap();
     let sets: Vec<&SidecarSet> = sets.iter().collect();
     let mut pod = req.object.clone().unwrap();
-    sidecarset::inject::inject(&mut pod, &Value::Null, &sets);
+    sidecarset::inject::inject(&mut pod, &Value::Null, &sets).unwrap();
     let fields = ["/metadata/annotations", "/spec/containers", "/spec/initContainers", "/spec/volumes"];
     let answer = AdmissionResponse::patch_fields(&pod, &fields);
 
@@ -64,7 +64,7 @@ fn main() {
     time("`Value`s into typed SidecarSets", || serde_json::from_value::<Vec<SidecarSet>>(values.clone()).unwrap());
     time("inject (Pod clone included)", || {
         let mut p = req.object.clone().unwrap();
-        sidecarset::inject::inject(&mut p, &Value::Null, &sets);
+        sidecarset::inject::inject(&mut p, &Value::Null, &sets).unwrap();
         p
     });
     time("patch_fields + serialise the answer", || {

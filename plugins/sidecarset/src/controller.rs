@@ -12,11 +12,16 @@
 //! first; the partition keeps the last of them old; of the rest, not-Ready Pods are
 //! updated freely and Ready ones while updated-but-unavailable Pods stay under
 //! maxUnavailable. A percentage over 100 % or too large to parse means all Pods.
+//!
+//! As Kruise's `updatePodSidecarAndHash`, an in-place update applies patchPodMetadata
+//! again, and then marks the Pod's `SidecarSetUpgradable` condition (`upgradable`);
+//! waiting Pods whose sidecars changed beyond their images are marked not upgradable
+//! and left alone, with one `NotUpgradablePods` Event when some are newly found.
 
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
-use crate::scope;
 use crate::types::{SidecarSet, SidecarSetStatus};
+use crate::{scope, upgradable};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
@@ -36,7 +41,7 @@ impl Reconciler for SidecarSetController {
             // or after the change), as Kruise's Pod handler enqueues: not every set.
             .watches::<Pod>(Mapping::Selector(vec!["spec".into(), "selector".into()]))
             .allow::<SidecarSet>(&[Verb::UpdateStatus])
-            .allow::<Pod>(&[Verb::Update])
+            .allow::<Pod>(&[Verb::Update, Verb::UpdateStatus])
             .allow::<Namespace>(&[Verb::Get, Verb::List]))
     }
 
@@ -99,15 +104,36 @@ impl Reconciler for SidecarSetController {
         // maxUnavailable, so 0 updates no Ready Pod, and a Pod that was unavailable
         // anyway costs nothing.
         let mut unavailable = matched.iter().filter(|p| updated(p) && (!ready(p) || restarting(p, &ss))).count() as i64;
-        let mut candidates: Vec<&&Value> = matched
+        // Pods waiting for this version (not updated, picked by the update selector);
+        // of those, the ones whose sidecars changed beyond their images cannot be
+        // updated in place (Kruise's IsSidecarSetUpgradable) and are only marked so.
+        let (mut candidates, stuck): (Vec<&&Value>, Vec<&&Value>) = matched
             .iter()
-            .filter(|p| !updated(p) && pod_hash(p, HASH_WITHOUT_IMAGE, &name).as_deref() == Some(hash_wo.as_str()))
+            .filter(|p| !updated(p))
             .filter(|p| {
                 let labels: BTreeMap<String, String> =
                     serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
                 s.selector.as_ref().is_none_or(|sel| scope::matches(sel, &labels))
             })
-            .collect();
+            .partition(|p| pod_hash(p, HASH_WITHOUT_IMAGE, &name).as_deref() == Some(hash_wo.as_str()));
+        let now = upgradable::now();
+        let mut writes = 0;
+        let mut marked_stuck = 0;
+        for p in &stuck {
+            if writes == WRITES_PER_RECONCILE {
+                break;
+            }
+            if upgradable::mark(ctx, p, &name, false, &now)? {
+                writes += 1;
+                marked_stuck += 1;
+            }
+        }
+        if marked_stuck > 0 {
+            let msg = format!(
+                "in-place update found {marked_stuck} Pod(s) whose sidecars changed beyond their images; they keep the old sidecars until recreated"
+            );
+            ctx.event(&req.object, "NotUpgradablePods", &msg);
+        }
         // Not-ready Pods first: updating them costs no availability. Then by name, so
         // the order is stable across reconciles.
         candidates
@@ -122,7 +148,7 @@ impl Reconciler for SidecarSetController {
             if costs_availability && unavailable >= max_unavailable {
                 break;
             }
-            if done.len() == PODS_PER_RECONCILE {
+            if writes >= WRITES_PER_RECONCILE {
                 more = true;
                 break;
             }
@@ -132,11 +158,22 @@ impl Reconciler for SidecarSetController {
             let mut pod = (*p).clone();
             set_images(&mut pod, &ss);
             set_pod_hash(&mut pod, HASH, &name, &hash);
-            let updated = ctx.update(&pod);
-            // What was updated before a failure is still reported.
-            if let Err(e) = updated {
-                report(ctx, req, &done);
-                return Err(e.into());
+            // As Kruise's updatePodSidecarAndHash: patchPodMetadata applies again.
+            if let Some(a) = pod["metadata"]["annotations"].as_object_mut() {
+                crate::patch::apply(a, &ss.spec.patch_pod_metadata)
+                    .map_err(|e| ReconcileError::permanent(format!("spec.patchPodMetadata: {e}")))?;
+            }
+            // Then the Pod condition says this set can still update it in place. What
+            // was updated before a failure is still reported.
+            let written = ctx
+                .update(&pod)
+                .and_then(|fresh| upgradable::mark(ctx, &fresh, &name, true, &now).map(|m| 1 + usize::from(m)));
+            match written {
+                Ok(n) => writes += n,
+                Err(e) => {
+                    report(ctx, req, &done);
+                    return Err(e.into());
+                }
             }
             let who = ObjectRef::of_json(&pod).unwrap_or_else(|| req.object.clone());
             done.push(format!("{}/{}", who.namespace.unwrap_or_default(), who.name));
@@ -147,11 +184,13 @@ impl Reconciler for SidecarSetController {
     }
 }
 
-/// Pods one reconcile updates at most; the rest wait for the next. Why: each update is a
-/// request, and a reconcile must end well inside the host's deadline (30 s by default)
-/// even when the apiserver is slow: 200 at 50 ms each is 10 s. A rollout of 2,000 Pods
-/// in one reconcile ran past it and was retried with backoff.
-const PODS_PER_RECONCILE: usize = 200;
+/// Writes (Pod updates, and Pod condition writes) one reconcile makes at most; the rest
+/// wait for the next. A Pod's first in-place update is two writes (the Pod, then its
+/// `SidecarSetUpgradable` condition), later ones one. Why: each is a request, and a
+/// reconcile must end well inside the host's deadline (30 s by default) even when the
+/// apiserver is slow: 200 at 50 ms each is 10 s. A rollout of 2,000 Pods in one
+/// reconcile ran past it and was retried with backoff.
+const WRITES_PER_RECONCILE: usize = 200;
 
 /// One Event for the Pods a reconcile updated (one per Pod flooded the Event budget
 /// of a call, 100, at a 500-Pod rollout, and cost a request each).

@@ -105,10 +105,12 @@ fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
 
 /// Injects every SidecarSet in `sets` (the ones that select this Pod, not paused, in
 /// name order) into `pod`, whose labels are `labels` (`pod` may hold only the parts
-/// injection changes). Returns false when nothing was to be injected.
-pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> bool {
+/// injection changes). Returns false when nothing was to be injected, and an error
+/// when a set's patchPodMetadata cannot apply to this Pod (the Pod is then refused, as
+/// by Kruise).
+pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<bool, String> {
     if sets.is_empty() {
-        return false;
+        return Ok(false);
     }
     // Every set's sidecars are built while the Pod is as it came (transferEnv and
     // shared mounts read its containers and metadata).
@@ -172,29 +174,8 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> bool {
                 secrets.push(v);
             }
         }
-        for p in &ss.spec.patch_pod_metadata {
-            for (k, v) in &p.annotations {
-                match p.patch_policy.as_deref().unwrap_or("Retain") {
-                    "Overwrite" => {
-                        annotations.insert(k.clone(), json!(v));
-                    }
-                    "MergePatchJson" => {
-                        let mut base: Value = annotations
-                            .get(k)
-                            .and_then(|s| s.as_str())
-                            .and_then(|s| serde_json::from_str(s).ok())
-                            .unwrap_or_else(|| json!({}));
-                        if let (Some(b), Ok(Value::Object(add))) = (base.as_object_mut(), serde_json::from_str(v)) {
-                            b.extend(add);
-                        }
-                        annotations.insert(k.clone(), json!(base.to_string()));
-                    }
-                    _ => {
-                        annotations.entry(k.clone()).or_insert_with(|| json!(v));
-                    }
-                }
-            }
-        }
+        crate::patch::apply(&mut annotations, &ss.spec.patch_pod_metadata)
+            .map_err(|e| format!("SidecarSet {name}: spec.patchPodMetadata: {e}"))?;
         let (h, w) = current_hashes(ss);
         hash.insert(name.clone(), json!({"hash": h, "sidecarSetName": name, "sidecarList": list}));
         hash_wo.insert(name.clone(), json!({"hash": w, "sidecarSetName": name, "sidecarList": list}));
@@ -218,7 +199,7 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> bool {
             pod["spec"][key] = Value::Array(list);
         }
     }
-    true
+    Ok(true)
 }
 
 /// The hash this Pod carries for SidecarSet `name` (from `key`, HASH or HASH_WITHOUT_IMAGE).

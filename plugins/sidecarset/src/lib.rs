@@ -12,7 +12,9 @@
 //! counting (Kruise >= 1.8: the partition, rounded up, is kept out of the Pods waiting
 //! for the new version; maxUnavailable rounds up; only updated Pods that are not
 //! available count against it; finished Pods, and Pods missing one of the set's
-//! containers, are neither counted nor updated), and injection (a sidecar replaces a
+//! containers, are neither counted nor updated; the Pod condition
+//! `SidecarSetUpgradable`; patchPodMetadata applied again on each in-place update, with
+//! `MergePatchJson` as RFC 7386), and injection (a sidecar replaces a
 //! same-named Pod container where it stands; all matching sets' sidecars are placed in
 //! one pass, init containers sorted by name across sets; volumes used as block devices
 //! go in too; `sidecarList` names containers and native-sidecar init containers,
@@ -33,8 +35,10 @@ mod controller;
 pub mod defaults;
 pub mod inject;
 mod names;
+pub mod patch;
 pub mod scope;
 pub mod types;
+pub mod upgradable;
 pub mod validate;
 pub mod webhooks;
 

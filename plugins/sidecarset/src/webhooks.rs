@@ -106,10 +106,10 @@ fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse
     // Only what injection writes goes back: no whole Pod to serialise here and to diff
     // in the host, on the path every new Pod takes.
     let mut pod = injected_parts(object);
-    if inject(&mut pod, &object["metadata"]["labels"], &sets) {
-        AdmissionResponse::patch_fields(&pod, &INJECTED_FIELDS)
-    } else {
-        AdmissionResponse::allow()
+    match inject(&mut pod, &object["metadata"]["labels"], &sets) {
+        Ok(true) => AdmissionResponse::patch_fields(&pod, &INJECTED_FIELDS),
+        Ok(false) => AdmissionResponse::allow(),
+        Err(e) => AdmissionResponse::deny(e),
     }
 }
 

@@ -130,19 +130,28 @@ fn a_large_rollout_goes_in_steps_of_bounded_work_with_one_event_each() {
     let new = |fake: &FakeCluster| sidecar_images(fake).iter().filter(|i| *i == "busybox:1.37").count();
     let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
     let action = SidecarSetController::reconcile(&Context::new(&fake), &req).unwrap();
-    assert_eq!(new(&fake), 200, "one step updates at most 200 Pods");
+    // 200 writes a step: a Pod's first in-place update is two (the Pod, its condition).
+    assert_eq!(new(&fake), 100, "one step makes at most 200 writes");
     assert_eq!(action.requeue_after, Some(std::time::Duration::from_secs(1)), "and asks for the next");
     let events: Vec<String> =
         fake.events().into_iter().filter(|e| e.reason == "SidecarUpdated").map(|e| e.message).collect();
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(
-        events[0].starts_with("updated sidecar images of 200 Pods: demo/") && events[0].ends_with("and 190 more"),
+        events[0].starts_with("updated sidecar images of 100 Pods: demo/") && events[0].ends_with("and 90 more"),
         "{}",
         events[0]
     );
-    let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
-    let action = SidecarSetController::reconcile(&Context::new(&fake), &req).unwrap();
-    assert_eq!((new(&fake), action.requeue_after), (250, None), "the rest, and done");
+    let step = |fake: &FakeCluster| {
+        let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
+        SidecarSetController::reconcile(&Context::new(fake), &req).unwrap().requeue_after
+    };
+    assert_eq!((step(&fake), new(&fake)), (Some(std::time::Duration::from_secs(1)), 200));
+    assert_eq!((step(&fake), new(&fake)), (None, 250), "the rest, and done");
+    // The next rollout finds every condition already set: one write per Pod.
+    change_image(&fake, "busybox:1.38");
+    step(&fake);
+    let newer = sidecar_images(&fake).iter().filter(|i| *i == "busybox:1.38").count();
+    assert_eq!(newer, 200);
 }
 
 #[test]
@@ -268,4 +277,55 @@ fn pods_missing_a_container_of_the_set_are_not_counted() {
     fake.seed(admit(&fake, INJECT, Some("demo"), p)).unwrap();
     let s = reconcile(&fake);
     assert_eq!((s["matchedPods"].as_i64(), s["updatedPods"].as_i64()), (Some(1), Some(1)), "{s}");
+}
+
+fn condition(fake: &FakeCluster, name: &str) -> Value {
+    let p = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), name)).unwrap();
+    p["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "SidecarSetUpgradable")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn the_upgradable_condition_and_patched_metadata_follow_kruise() {
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"maxUnavailable": "100%"}), 2);
+    all_ready(&fake, 2);
+    // An Overwrite patch changed with the image: the in-place update writes it again.
+    let mut ss = fake.object(&ss_key()).unwrap();
+    ss["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    ss["spec"]["patchPodMetadata"] = json!([{"annotations": {"sidecar/version": "1.37"}, "patchPolicy": "Overwrite"}]);
+    let ss = admit(&fake, DEFAULT, None, ss);
+    fake.edit(&ss_key(), |o| *o = ss).unwrap();
+    assert!(condition(&fake, "p0").is_null(), "injection sets no condition");
+    reconcile(&fake);
+    let p0 = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), "p0")).unwrap();
+    assert_eq!(p0["metadata"]["annotations"]["sidecar/version"], "1.37");
+    let c = condition(&fake, "p0");
+    assert_eq!(
+        (&c["status"], &c["reason"], &c["message"]),
+        (&json!("True"), &json!("AllSidecarsetUpgradable"), &json!(r#"{"s":true}"#))
+    );
+
+    // A change beyond the image cannot be rolled in place: the Pods say so, once.
+    let mut ss = fake.object(&ss_key()).unwrap();
+    ss["spec"]["containers"][0]["env"] = json!([{"name": "MODE", "value": "new"}]);
+    let ss = admit(&fake, DEFAULT, None, ss);
+    fake.edit(&ss_key(), |o| *o = ss).unwrap();
+    reconcile(&fake);
+    let c = condition(&fake, "p1");
+    assert_eq!(
+        (&c["status"], &c["reason"], &c["message"]),
+        (&json!("False"), &json!("UpdateImmutableField"), &json!(r#"{"s":false}"#))
+    );
+    let stuck = |fake: &FakeCluster| fake.events().into_iter().filter(|e| e.reason == "NotUpgradablePods").count();
+    assert_eq!(stuck(&fake), 1);
+    reconcile(&fake);
+    assert_eq!(stuck(&fake), 1, "marked already: no new write, no new Event");
+    let p1 = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), "p1")).unwrap();
+    assert!(!p1["spec"]["containers"][0]["env"].to_string().contains("MODE"), "nothing rolled");
 }
