@@ -6,7 +6,7 @@ use crate::scope;
 use crate::types::{SidecarContainer, SidecarSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A count or a percentage, as Kubernetes' `ValidatePositiveIntOrPercent` (and so Kruise)
 /// takes them: a percentage over 100 is accepted and means all.
@@ -222,19 +222,57 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
             ));
         }
     }
-    let mine = names(ss);
     for other in others {
-        if other.metadata.name.as_deref() == Some(name) || !scope::scopes_overlap(&ss.spec, &other.spec) {
-            continue;
-        }
-        let clash: Vec<&str> = names(other).into_iter().filter(|n| mine.contains(n)).collect();
-        if !clash.is_empty() {
-            errs.push(format!(
-                "spec.containers: container {} is also injected by SidecarSet {:?}, whose scope overlaps this one",
-                clash.join(", "),
-                other.metadata.name.as_deref().unwrap_or("")
-            ));
+        if other.metadata.name.as_deref() != Some(name) && scope::scopes_overlap(&ss.spec, &other.spec) {
+            conflicts(ss, other, &mut errs);
         }
     }
     if errs.is_empty() { Ok(()) } else { Err(errs.join("; ")) }
+}
+
+/// Kruise's `validateSidecarConflict` against one other set whose Pods may overlap:
+/// a container name used by both (containers against containers, init containers
+/// against init containers), a volume of the same name defined differently, an
+/// annotation both patch where either overwrites it.
+fn conflicts(ss: &SidecarSet, other: &SidecarSet, errs: &mut Vec<String>) {
+    let theirs = other.metadata.name.as_deref().unwrap_or("");
+    let named = |l: &[SidecarContainer]| l.iter().map(|c| c.container.name.clone()).collect::<BTreeSet<_>>();
+    for (path, mine, others) in [
+        ("containers", &ss.spec.containers, &other.spec.containers),
+        ("initContainers", &ss.spec.init_containers, &other.spec.init_containers),
+    ] {
+        let clash: Vec<String> = named(mine).intersection(&named(others)).cloned().collect();
+        if !clash.is_empty() {
+            errs.push(format!(
+                "spec.{path}: container {} is also injected by SidecarSet {theirs:?}, whose scope overlaps this one",
+                clash.join(", ")
+            ));
+        }
+    }
+    for v in &ss.spec.volumes {
+        if other.spec.volumes.iter().any(|o| o.name == v.name && o != v) {
+            errs.push(format!(
+                "spec.volumes: volume {:?} is defined differently by SidecarSet {theirs:?}, whose scope overlaps this one",
+                v.name
+            ));
+        }
+    }
+    let policy =
+        |p: &crate::types::SidecarSetPatchPodMetadata| p.patch_policy.clone().unwrap_or_else(|| "Retain".into());
+    let patched_by_them: BTreeMap<&str, String> = other
+        .spec
+        .patch_pod_metadata
+        .iter()
+        .filter(|p| policy(p) != "Retain")
+        .flat_map(|p| p.annotations.keys().map(move |k| (k.as_str(), policy(p))))
+        .collect();
+    for p in ss.spec.patch_pod_metadata.iter().filter(|p| policy(p) != "Retain") {
+        for k in p.annotations.keys() {
+            if patched_by_them.get(k.as_str()).is_some_and(|theirs| policy(p) == "Overwrite" || theirs == "Overwrite") {
+                errs.push(format!(
+                    "spec.patchPodMetadata: annotation {k:?} is also patched by SidecarSet {theirs:?} (one of them overwrites it), whose scope overlaps this one"
+                ));
+            }
+        }
+    }
 }

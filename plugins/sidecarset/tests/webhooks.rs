@@ -484,3 +484,39 @@ fn transfer_env_reads_the_source_container_from_a_pod_label_or_annotation() {
     );
     assert!(r.allowed, "an annotation key is checked lower-cased, as in Kruise: {:?}", r.status);
 }
+
+#[test]
+fn conflicts_between_overlapping_sidecarsets_as_kruise_checks_them() {
+    let fake = FakeCluster::new();
+    let mut base = two_sidecars();
+    base["patchPodMetadata"] = json!([{"annotations": {"ow": "1"}, "patchPolicy": "Overwrite"},
+                                      {"annotations": {"mp": "{}"}, "patchPolicy": "MergePatchJson"}]);
+    store(&fake, sidecarset("s", base));
+    let other = |extra: Value| {
+        let mut spec = json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
+                              "containers": [{"name": "mine", "image": "x:1"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        sidecarset("other", spec)
+    };
+    let allowed = |obj: Value| {
+        let o = review(&fake, DEFAULT, Operation::Create, None, obj, None).object.unwrap();
+        let r = review(&fake, VALIDATE, Operation::Create, None, o, None);
+        assert!(r.allowed, "{:?}", r.status);
+    };
+    // An init container may share a name that the other set uses as a container.
+    allowed(other(json!({"initContainers": [{"name": "before", "image": "x:1"}]})));
+    // A volume of the same name: the same definition is fine, another is not.
+    allowed(other(json!({"volumes": [{"name": "logs", "emptyDir": {}}]})));
+    let msg = denial(&fake, other(json!({"volumes": [{"name": "logs", "hostPath": {"path": "/l"}}]})), None);
+    assert!(msg.contains("spec.volumes: volume \"logs\" is defined differently by SidecarSet \"s\""), "{msg}");
+    // Patched annotations: a conflict when either set overwrites the key.
+    let patch =
+        |k: &str, policy: &str| other(json!({"patchPodMetadata": [{"annotations": {k: "{}"}, "patchPolicy": policy}]}));
+    let msg = denial(&fake, patch("ow", "MergePatchJson"), None);
+    assert!(msg.contains("spec.patchPodMetadata: annotation \"ow\" is also patched by SidecarSet \"s\""), "{msg}");
+    assert!(denial(&fake, patch("mp", "Overwrite"), None).contains("annotation \"mp\""));
+    allowed(patch("mp", "MergePatchJson"));
+    allowed(patch("ow", "Retain"));
+}
