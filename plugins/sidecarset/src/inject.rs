@@ -42,7 +42,8 @@ fn source_name<'a>(t: &'a TransferEnvVar, labels: &'a Value, annotations: &'a Va
 }
 
 /// The sidecar as it goes into the Pod: IS_INJECTED, transferred env (per entry, in
-/// name order, none that the sidecar already sets: Kruise's order), shared mounts.
+/// name order, none that the sidecar already sets: Kruise's order), then what it shares
+/// from the app containers (`share`).
 fn sidecar(sc: &SidecarContainer, app: &[Value], labels: &Value, annotations: &Value) -> Value {
     let mut c = serde_json::to_value(&sc.container).unwrap_or_default();
     let mut env: Vec<Value> = take_array(&mut c["env"]).into_iter().filter(|e| e["name"] != "IS_INJECTED").collect();
@@ -61,17 +62,7 @@ fn sidecar(sc: &SidecarContainer, app: &[Value], labels: &Value, annotations: &V
         }
     }
     c["env"] = Value::Array(env);
-    let shared = sc.share_volume_policy.as_ref().and_then(|p| p.type_.as_deref()) == Some("enabled");
-    if shared {
-        let mut mounts = take_array(&mut c["volumeMounts"]);
-        for m in app.iter().flat_map(|a| a["volumeMounts"].as_array().into_iter().flatten()) {
-            let clash = mounts.iter().any(|x| x["name"] == m["name"] || x["mountPath"] == m["mountPath"]);
-            if !clash {
-                mounts.push(m.clone());
-            }
-        }
-        c["volumeMounts"] = Value::Array(mounts);
-    }
+    crate::share::share(&mut c, sc, app);
     c
 }
 
@@ -124,6 +115,9 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
     let (inits, had_inits) = take_spec(pod, "initContainers");
     let (mut volumes, had_volumes) = take_spec(pod, "volumes");
     let (mut secrets, had_secrets) = take_spec(pod, "imagePullSecrets");
+    // As Kruise's mergeSidecarSecrets: each name once, the Pod's own duplicates too.
+    let mut seen = BTreeSet::new();
+    secrets.retain(|s| seen.insert(s["name"].clone().to_string()));
     let mut hash = annotation_map(pod, HASH);
     let mut hash_wo = annotation_map(pod, HASH_WITHOUT_IMAGE);
     // Sorted, as Kruise writes it.

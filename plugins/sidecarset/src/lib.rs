@@ -37,6 +37,7 @@ pub mod inject;
 mod names;
 pub mod patch;
 pub mod scope;
+mod share;
 pub mod types;
 pub mod upgradable;
 pub mod validate;

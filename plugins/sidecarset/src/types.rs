@@ -70,6 +70,9 @@ pub struct SidecarContainer {
     pub pod_inject_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_volume_policy: Option<ShareVolumePolicy>,
+    /// enabled: the sidecar also gets every volume device of the app containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_volume_device_policy: Option<ShareVolumePolicy>,
     /// Environment variables copied from the Pod's own containers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfer_env: Vec<TransferEnvVar>,

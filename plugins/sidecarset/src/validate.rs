@@ -84,6 +84,8 @@ fn containers(
         one_of(&format!("{f}.podInjectPolicy"), c.pod_inject_policy.as_deref(), &[BEFORE_APP, AFTER_APP], errs);
         let share = c.share_volume_policy.as_ref().and_then(|s| s.type_.as_deref());
         one_of(&format!("{f}.shareVolumePolicy.type"), share, &["enabled", "disabled"], errs);
+        let devices = c.share_volume_device_policy.as_ref().and_then(|s| s.type_.as_deref());
+        one_of(&format!("{f}.shareVolumeDevicePolicy.type"), devices, &["enabled", "disabled"], errs);
         match c.upgrade_strategy.as_ref().and_then(|u| u.upgrade_type.as_deref()) {
             None | Some("ColdUpgrade") => {}
             Some("HotUpgrade") => errs.push(format!(

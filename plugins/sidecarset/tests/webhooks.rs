@@ -96,6 +96,11 @@ fn injects_before_and_after_the_app_with_everything_it_needs() {
     assert_eq!(names(&p["spec"]["volumes"]), ["data", "logs"], "only referenced volumes; the Pod's own `data` wins");
     assert_eq!(p["spec"]["volumes"][0]["hostPath"]["path"], "/d");
     assert_eq!(p["spec"]["imagePullSecrets"].as_array().unwrap().len(), 1, "no duplicate pull secret");
+    // A Pod that lists a secret twice gets it once, as from Kruise.
+    let mut twice = original.clone();
+    twice["spec"]["imagePullSecrets"] = json!([{"name": "own"}, {"name": "own"}, {"name": "regcred"}]);
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), twice.clone(), None);
+    assert_eq!(r.apply(&twice).unwrap()["spec"]["imagePullSecrets"], json!([{"name": "own"}, {"name": "regcred"}]));
     let a = &p["metadata"]["annotations"];
     assert_eq!(a["team"], "infra");
     assert_eq!(a["kruise.io/sidecarset-injected-list"], "s");
@@ -519,4 +524,44 @@ fn conflicts_between_overlapping_sidecarsets_as_kruise_checks_them() {
     assert!(denial(&fake, patch("mp", "Overwrite"), None).contains("annotation \"mp\""));
     allowed(patch("mp", "MergePatchJson"));
     allowed(patch("ow", "Retain"));
+}
+
+#[test]
+fn shared_volumes_bring_their_subpath_env_and_devices_as_kruise() {
+    let fake = FakeCluster::new();
+    let spec = json!({
+        "selector": {"matchLabels": {"app": "web"}},
+        "containers": [{"name": "log", "image": "busybox:1.36",
+                        "volumeMounts": [{"name": "own", "mountPath": "/own"}],
+                        "shareVolumePolicy": {"type": "enabled"},
+                        "shareVolumeDevicePolicy": {"type": "enabled"}}],
+        "volumes": [{"name": "own", "emptyDir": {}}]
+    });
+    store(&fake, sidecarset("s", spec));
+    let mut original = pod(json!({"app": "web"}));
+    original["spec"]["containers"][0]["env"] =
+        json!([{"name": "POD_NAME", "value": "p"}, {"name": "TZ", "value": "UTC"}]);
+    original["spec"]["containers"][0]["volumeMounts"] = json!([
+        {"name": "data", "mountPath": "/data", "subPathExpr": "logs/$(POD_NAME)"},
+        {"name": "data", "mountPath": "/data-again"},
+        {"name": "data", "mountPath": "/own"}
+    ]);
+    original["spec"]["containers"][0]["volumeDevices"] = json!([{"name": "blk", "devicePath": "/dev/blk"}]);
+    // A container that is itself an injected sidecar shares nothing.
+    original["spec"]["containers"].as_array_mut().unwrap().push(json!({
+        "name": "other-sidecar", "image": "x", "env": [{"name": "IS_INJECTED", "value": "true"}],
+        "volumeMounts": [{"name": "data", "mountPath": "/theirs"}]}));
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), original.clone(), None);
+    let p = r.apply(&original).unwrap();
+    let log = &p["spec"]["containers"][0];
+    let paths: Vec<&str> =
+        log["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap()).collect();
+    // By path only: the same volume at another path is shared, the sidecar's /own wins.
+    assert_eq!(paths, ["/own", "/data", "/data-again"]);
+    assert_eq!(
+        log["env"],
+        json!([{"name": "IS_INJECTED", "value": "true"}, {"name": "POD_NAME", "value": "p"}]),
+        "the subPathExpr's env only"
+    );
+    assert_eq!(log["volumeDevices"], json!([{"name": "blk", "devicePath": "/dev/blk"}]));
 }
