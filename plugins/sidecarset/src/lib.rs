@@ -18,7 +18,9 @@
 //! same-named Pod container where it stands; all matching sets' sidecars are placed in
 //! one pass, init containers sorted by name across sets; volumes used as block devices
 //! go in too; `sidecarList` names containers and native-sidecar init containers,
-//! sorted, and the injected-list annotation is sorted).
+//! sorted, and the injected-list annotation is sorted; what shared volumes bring along),
+//! canary SidecarSets (`canary`), and the conflicts between sets that may meet in a
+//! Pod.
 //!
 //! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
 //! validation; `revisionHistoryLimit` is accepted (Kruise's defaulting writes it) but no
@@ -31,6 +33,7 @@
 //! Kruise's but not always the same ones; a percentage too large for any integer
 //! means all Pods (Kruise's result there is undefined or 0).
 
+pub mod canary;
 mod controller;
 pub mod defaults;
 pub mod inject;

@@ -224,8 +224,12 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
             ));
         }
     }
+    crate::canary::validate(ss, old, others, &mut errs);
+    // A canary never meets its base in one Pod: no conflict with it.
+    let base = crate::canary::base_of(ss);
     for other in others {
-        if other.metadata.name.as_deref() != Some(name) && scope::scopes_overlap(&ss.spec, &other.spec) {
+        let me_or_base = other.metadata.name.as_deref() == Some(name) || other.metadata.name.as_deref() == base;
+        if !me_or_base && scope::scopes_overlap(&ss.spec, &other.spec) {
             conflicts(ss, other, &mut errs);
         }
     }

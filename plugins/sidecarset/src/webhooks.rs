@@ -102,6 +102,7 @@ fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse
         .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
         .collect();
     sets.retain(|s| scope::selects(&s.spec, &ns, &ns_labels, &labels));
+    crate::canary::replace_bases(&mut sets);
     sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     // Only what injection writes goes back: no whole Pod to serialise here and to diff
     // in the host, on the path every new Pod takes.

@@ -565,3 +565,48 @@ fn shared_volumes_bring_their_subpath_env_and_devices_as_kruise() {
     );
     assert_eq!(log["volumeDevices"], json!([{"name": "blk", "devicePath": "/dev/blk"}]));
 }
+
+fn canary(name: &str, base: &str, spec: Value) -> Value {
+    let mut o = sidecarset(name, spec);
+    o["metadata"]["annotations"] =
+        json!({"apps.kruise.io/sidecarset-canary": "true", "apps.kruise.io/sidecarset-base": base});
+    o
+}
+
+#[test]
+fn a_canary_sidecarset_replaces_its_base_and_is_validated_as_kruise() {
+    let fake = FakeCluster::new();
+    store(&fake, sidecarset("base", two_sidecars()));
+    // The canary reuses the base's container names, selects fewer Pods, is NotUpdate.
+    let mut spec = two_sidecars();
+    spec["selector"] = json!({"matchLabels": {"app": "web", "track": "canary"}});
+    spec["containers"][0]["image"] = json!("busybox:1.37");
+    spec["updateStrategy"] = json!({"type": "NotUpdate"});
+    let c = review(&fake, DEFAULT, Operation::Create, None, canary("try", "base", spec.clone()), None).object.unwrap();
+    let r = review(&fake, VALIDATE, Operation::Create, None, c.clone(), None);
+    assert!(r.allowed, "{:?}", r.status);
+    fake.seed(c.clone()).unwrap();
+
+    let inject = |labels: Value| {
+        let p = pod(labels);
+        let r = review(&fake, INJECT, Operation::Create, Some("default"), p.clone(), None);
+        r.apply(&p).unwrap()
+    };
+    let p = inject(json!({"app": "web", "track": "canary"}));
+    assert_eq!(p["metadata"]["annotations"]["kruise.io/sidecarset-injected-list"], "try", "the canary, not the base");
+    assert_eq!(p["spec"]["containers"][0]["image"], "busybox:1.37");
+    let p = inject(json!({"app": "web"}));
+    assert_eq!(p["metadata"]["annotations"]["kruise.io/sidecarset-injected-list"], "base");
+
+    let f = "metadata.annotations[apps.kruise.io/sidecarset-base]";
+    for (obj, old, want) in [
+        (canary("self", "self", spec.clone()), None, format!("{f}: the base SidecarSet cannot be the canary itself")),
+        (canary("x", "missing", spec.clone()), None, format!("{f}: base SidecarSet \"missing\" not found")),
+        (canary("x", "try", spec.clone()), None, format!("{f}: base SidecarSet \"try\" is itself a canary")),
+        (canary("x", "base", two_sidecars()), None, "spec.updateStrategy.type: a canary SidecarSet".to_owned()),
+        (canary("try", "other", spec.clone()), Some(c.clone()), format!("{f}: immutable (was \"base\")")),
+    ] {
+        let msg = denial(&fake, obj, old);
+        assert!(msg.contains(&want), "{want:?} not in {msg:?}");
+    }
+}
