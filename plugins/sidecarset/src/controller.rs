@@ -14,7 +14,8 @@
 //! maxUnavailable. A percentage over 100 % or too large to parse means all Pods.
 //!
 //! As Kruise's `updatePodSidecarAndHash`, an in-place update applies patchPodMetadata
-//! again, and then marks the Pod's `SidecarSetUpgradable` condition (`upgradable`);
+//! again and marks the Pod's `SidecarSetUpgradable` condition (`upgradable`, written
+//! just before the update);
 //! waiting Pods whose sidecars changed beyond their images are marked not upgradable
 //! and left alone, with one `NotUpgradablePods` Event when some are newly found.
 
@@ -123,7 +124,7 @@ impl Reconciler for SidecarSetController {
             if writes == WRITES_PER_RECONCILE {
                 break;
             }
-            if upgradable::mark(ctx, p, &name, false, &now)? {
+            if upgradable::mark(ctx, p, &name, false, &now)?.is_some() {
                 writes += 1;
                 marked_stuck += 1;
             }
@@ -155,7 +156,18 @@ impl Reconciler for SidecarSetController {
             if costs_availability {
                 unavailable += 1;
             }
-            let mut pod = (*p).clone();
+            // The condition first (Kruise writes it after, with a patch): the spec
+            // update then starts from the Pod as written, and the kubelet's status
+            // report that the update sets off cannot conflict with it.
+            let written = match upgradable::mark(ctx, p, &name, true, &now) {
+                Ok(w) => w,
+                Err(e) => {
+                    report(ctx, req, &done);
+                    return Err(e.into());
+                }
+            };
+            writes += usize::from(written.is_some());
+            let mut pod = written.unwrap_or_else(|| (*p).clone());
             set_images(&mut pod, &ss);
             set_pod_hash(&mut pod, HASH, &name, &hash);
             // As Kruise's updatePodSidecarAndHash: patchPodMetadata applies again.
@@ -163,18 +175,12 @@ impl Reconciler for SidecarSetController {
                 crate::patch::apply(a, &ss.spec.patch_pod_metadata)
                     .map_err(|e| ReconcileError::permanent(format!("spec.patchPodMetadata: {e}")))?;
             }
-            // Then the Pod condition says this set can still update it in place. What
-            // was updated before a failure is still reported.
-            let written = ctx
-                .update(&pod)
-                .and_then(|fresh| upgradable::mark(ctx, &fresh, &name, true, &now).map(|m| 1 + usize::from(m)));
-            match written {
-                Ok(n) => writes += n,
-                Err(e) => {
-                    report(ctx, req, &done);
-                    return Err(e.into());
-                }
+            // What was updated before a failure is still reported.
+            if let Err(e) = ctx.update(&pod) {
+                report(ctx, req, &done);
+                return Err(e.into());
             }
+            writes += 1;
             let who = ObjectRef::of_json(&pod).unwrap_or_else(|| req.object.clone());
             done.push(format!("{}/{}", who.namespace.unwrap_or_default(), who.name));
         }

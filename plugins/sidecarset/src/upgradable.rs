@@ -53,15 +53,15 @@ pub fn marked(pod: &Value, set: &str, upgradable: bool, now: &Value) -> Option<V
     Some(next)
 }
 
-/// Records `set`'s entry on Pod `pod` (as last read, or as an update returned it) in
-/// its status. Returns whether a write was made. A conflict (the kubelet reported
-/// status meanwhile) re-reads the Pod and tries again, a few times.
-pub fn mark(ctx: &Context<'_>, pod: &Value, set: &str, upgradable: bool, now: &Value) -> Result<bool, Error> {
+/// Records `set`'s entry on Pod `pod` (as last read) in its status. Returns the Pod as
+/// written, or None when the condition already said so. A conflict (the kubelet
+/// reported status meanwhile) re-reads the Pod and tries again, a few times.
+pub fn mark(ctx: &Context<'_>, pod: &Value, set: &str, upgradable: bool, now: &Value) -> Result<Option<Value>, Error> {
     let mut pod = std::borrow::Cow::Borrowed(pod);
     for _ in 0..3 {
-        let Some(next) = marked(&pod, set, upgradable, now) else { return Ok(false) };
+        let Some(next) = marked(&pod, set, upgradable, now) else { return Ok(None) };
         match ctx.update_status(&next) {
-            Ok(_) => return Ok(true),
+            Ok(written) => return Ok(Some(written)),
             Err(e) if e.is_conflict() => {
                 let Some(at) = ObjectRef::of_json(&pod) else { return Err(e) };
                 pod = std::borrow::Cow::Owned(ctx.get_live(&at)?);
