@@ -191,8 +191,8 @@ impl Reconciler for SidecarSetController {
 }
 
 /// Writes (Pod updates, and Pod condition writes) one reconcile makes at most; the rest
-/// wait for the next. A Pod's first in-place update is two writes (the Pod, then its
-/// `SidecarSetUpgradable` condition), later ones one. Why: each is a request, and a
+/// wait for the next. A Pod's first in-place update is two writes (its
+/// `SidecarSetUpgradable` condition, then the Pod), later ones one. Why: each is a request, and a
 /// reconcile must end well inside the host's deadline (30 s by default) even when the
 /// apiserver is slow: 200 at 50 ms each is 10 s. A rollout of 2,000 Pods in one
 /// reconcile ran past it and was retried with backoff.

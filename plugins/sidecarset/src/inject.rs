@@ -110,14 +110,13 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
         sets.iter().map(|ss| (build(&ss.spec.containers, false), build(&ss.spec.init_containers, true))).collect();
     // Moved out of the Pod, not copied: each goes back in at the end (the optional ones
     // only if the Pod had them or something was added).
-    let app = take_array(&mut pod["spec"]["containers"]);
-    let containers = app;
+    let containers = take_array(&mut pod["spec"]["containers"]);
     let (inits, had_inits) = take_spec(pod, "initContainers");
     let (mut volumes, had_volumes) = take_spec(pod, "volumes");
     let (mut secrets, had_secrets) = take_spec(pod, "imagePullSecrets");
     // As Kruise's mergeSidecarSecrets: each name once, the Pod's own duplicates too.
     let mut seen = BTreeSet::new();
-    secrets.retain(|s| seen.insert(s["name"].clone().to_string()));
+    secrets.retain(|s| seen.insert(s["name"].to_string()));
     let mut hash = annotation_map(pod, HASH);
     let mut hash_wo = annotation_map(pod, HASH_WITHOUT_IMAGE);
     // Sorted, as Kruise writes it.

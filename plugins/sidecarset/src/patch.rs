@@ -34,8 +34,7 @@ pub fn apply(annotations: &mut Map<String, Value>, patches: &[SidecarSetPatchPod
     Ok(())
 }
 
-/// `patch` merged into `origin`, both JSON texts, as compact JSON with sorted keys (what
-/// Kruise's json-patch library writes).
+/// `patch` merged into `origin`, both JSON texts, as compact JSON with sorted keys.
 fn merged(origin: &str, patch: &str) -> Result<String, String> {
     let mut doc: Value = serde_json::from_str(origin)
         .map_err(|e| format!("the Pod's value is not JSON ({e}), cannot merge-patch it"))?;
