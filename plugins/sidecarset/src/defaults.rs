@@ -7,6 +7,8 @@ use sha2::{Digest, Sha256};
 pub const HASH: &str = "kruise.io/sidecarset-hash";
 pub const HASH_WITHOUT_IMAGE: &str = "kruise.io/sidecarset-hash-without-image";
 pub const INJECTED_LIST: &str = "kruise.io/sidecarset-injected-list";
+/// The env var every injected sidecar carries (`"true"`), as Kruise's `SidecarEnvKey`.
+pub const IS_INJECTED: &str = "IS_INJECTED";
 
 pub const BEFORE_APP: &str = "BeforeAppContainer";
 pub const AFTER_APP: &str = "AfterAppContainer";

@@ -3,7 +3,7 @@
 //! Works on the Pod's JSON rather than a typed Pod: fields this plugin does not know
 //! (a newer Kubernetes) survive untouched, so the JSONPatch holds only the injection.
 
-use crate::defaults::{AFTER_APP, HASH, HASH_WITHOUT_IMAGE, INJECTED_LIST, current_hashes};
+use crate::defaults::{AFTER_APP, HASH, HASH_WITHOUT_IMAGE, INJECTED_LIST, IS_INJECTED, current_hashes};
 use crate::names::split_subscript;
 use crate::types::{SidecarContainer, SidecarSet, TransferEnvVar};
 use serde_json::{Value, json};
@@ -46,8 +46,8 @@ fn source_name<'a>(t: &'a TransferEnvVar, labels: &'a Value, annotations: &'a Va
 /// from the app containers (`share`).
 fn sidecar(sc: &SidecarContainer, app: &[Value], labels: &Value, annotations: &Value) -> Value {
     let mut c = serde_json::to_value(&sc.container).unwrap_or_default();
-    let mut env: Vec<Value> = take_array(&mut c["env"]).into_iter().filter(|e| e["name"] != "IS_INJECTED").collect();
-    env.push(json!({"name": "IS_INJECTED", "value": "true"}));
+    let mut env: Vec<Value> = take_array(&mut c["env"]).into_iter().filter(|e| e["name"] != IS_INJECTED).collect();
+    env.push(json!({"name": IS_INJECTED, "value": "true"}));
     for t in &sc.transfer_env {
         let Some(src) = source_name(t, labels, annotations) else { continue };
         let Some(from) = app.iter().find(|c| c["name"] == src) else { continue };

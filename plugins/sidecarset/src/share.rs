@@ -10,6 +10,7 @@
 //! App containers that are themselves injected sidecars (`IS_INJECTED`) share nothing,
 //! as in Kruise. Caveat, as Kruise's: init containers' mounts are not shared.
 
+use crate::defaults::IS_INJECTED;
 use crate::types::{ShareVolumePolicy, SidecarContainer};
 use serde_json::Value;
 
@@ -24,7 +25,7 @@ fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
 /// Adds to container `c` (the sidecar as it goes in, its env already set) what `sc`
 /// shares from `app`.
 pub fn share(c: &mut Value, sc: &SidecarContainer, app: &[Value]) {
-    let own = |c: &Value| items(c, "env").any(|e| e["name"] == "IS_INJECTED" && e["value"] == "true");
+    let own = |c: &Value| items(c, "env").any(|e| e["name"] == IS_INJECTED && e["value"] == "true");
     let apps: Vec<&Value> = app.iter().filter(|a| !own(a)).collect();
     let mut paths: Vec<Value> = items(c, "volumeMounts")
         .map(|m| m["mountPath"].clone())

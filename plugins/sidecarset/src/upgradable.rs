@@ -20,11 +20,10 @@ pub const CONDITION: &str = "SidecarSetUpgradable";
 /// `pod` with `set`'s entry in its condition set to `upgradable`, or None when the
 /// condition would not change. `now`: the transition time if the status flips.
 pub fn marked(pod: &Value, set: &str, upgradable: bool, now: &Value) -> Option<Value> {
-    let conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let conditions = pod["status"]["conditions"].as_array().map_or(&[][..], Vec::as_slice);
     let at = conditions.iter().position(|c| c["type"] == CONDITION);
-    let old = at.map(|i| conditions[i].clone());
+    let old = at.map(|i| &conditions[i]);
     let mut kv: Map<String, Value> = old
-        .as_ref()
         .and_then(|c| c["message"].as_str())
         .filter(|m| !m.is_empty())
         .and_then(|m| serde_json::from_str(m).ok())
@@ -32,7 +31,7 @@ pub fn marked(pod: &Value, set: &str, upgradable: bool, now: &Value) -> Option<V
     kv.insert(set.to_owned(), json!(upgradable));
     let all = kv.values().all(|v| v != &json!(false));
     let (status, reason) = if all { ("True", "AllSidecarsetUpgradable") } else { ("False", "UpdateImmutableField") };
-    let mut c = old.clone().unwrap_or_else(|| json!({"type": CONDITION}));
+    let mut c = old.cloned().unwrap_or_else(|| json!({"type": CONDITION}));
     let flips = c["status"] != status;
     c["status"] = json!(status);
     c["reason"] = json!(reason);
@@ -40,7 +39,7 @@ pub fn marked(pod: &Value, set: &str, upgradable: bool, now: &Value) -> Option<V
     if flips {
         c["lastTransitionTime"] = now.clone();
     }
-    if old.as_ref() == Some(&c) {
+    if old == Some(&c) {
         return None;
     }
     let mut next = pod.clone();
