@@ -139,7 +139,10 @@ pub fn grant(plugin: &Path, name: &str, settings: &str, account_namespace: &str)
         bail!("wasmop rbac {}: {}", plugin.display(), String::from_utf8_lossy(&out.stderr));
     }
     let yaml = String::from_utf8(out.stdout)?;
-    apply(&yaml).map_err(|e| anyhow::anyhow!("apply the RBAC of {name}: {e}"))?;
+    // Two tests granting the same plugin at once race in `kubectl apply` (both see no
+    // ServiceAccount, one create fails AlreadyExists); applying again then updates it.
+    let applied = apply(&yaml).or_else(|e| if e.contains("AlreadyExists") { apply(&yaml) } else { Err(e) });
+    applied.map_err(|e| anyhow::anyhow!("apply the RBAC of {name}: {e}"))?;
     Ok(yaml)
 }
 
