@@ -69,8 +69,13 @@ pub struct UserInfo {
 pub struct Request {
     #[serde(default)]
     pub uid: String,
+    /// The kind the handler was registered for (the object is in this version).
     #[serde(default)]
     pub kind: GroupVersionKind,
+    /// The kind the client sent, when the apiserver converted it for the handler
+    /// (`matchPolicy: Equivalent`; for example a CRD's other served version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_kind: Option<GroupVersionKind>,
     #[serde(default)]
     pub name: String,
     #[serde(default)]

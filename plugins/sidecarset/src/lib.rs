@@ -2,8 +2,8 @@
 //! SidecarSets and inject their sidecars into new Pods, and a controller that keeps the
 //! status counts and rolls sidecar image changes out to Pods in place.
 //!
-//! Kruise-compatible on the wire (`apps.kruise.io/v1alpha1`, the same field names and
-//! annotations), so existing SidecarSet YAML applies as it is.
+//! Kruise-compatible on the wire (`apps.kruise.io/v1alpha1` and `v1beta1`, the same
+//! field names and annotations), so existing SidecarSet YAML applies as it is.
 //!
 //! As Kruise (checked against its webhook and controller code): the validation rules of
 //! `validate` (Kubernetes' label selector rules on every selector, `namespace` xor
@@ -25,7 +25,7 @@
 //! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
 //! validation; `revisionHistoryLimit` is accepted (Kruise's defaulting writes it) but no
 //! ControllerRevision history is kept; `injectionStrategy.revision`, `priorityStrategy`,
-//! `scatterStrategy`, `resourcesPolicy` and the `v1beta1` version are not in the CRD, so
+//! `scatterStrategy` and `resourcesPolicy` are not in the CRD, so
 //! kubectl's strict validation refuses them; the `kruise.io/sidecarset-hash` values
 //! are computed differently from Kruise's, so Pods injected by Kruise are not rolled;
 //! the rollout orders Pods not-Ready first, then by name (Kruise also by

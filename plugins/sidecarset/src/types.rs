@@ -1,6 +1,15 @@
-//! The SidecarSet API, `apps.kruise.io/v1alpha1`, with OpenKruise's field names so
-//! existing SidecarSet YAML applies unchanged. The CRD in `deploy/crds/` is generated
-//! from these types (see the `crd_is_up_to_date` test).
+//! The SidecarSet API, `apps.kruise.io/v1alpha1` and `v1beta1`, with OpenKruise's
+//! field names so existing SidecarSet YAML applies unchanged. The CRD in `deploy/crds/`
+//! is generated from these types by [`crd`] (see the `crd_is_up_to_date` test).
+//!
+//! Both versions are served with one schema and `conversion: None`: Kruise's two
+//! versions differ only in v1alpha1's `spec.namespace` (v1beta1: a namespaceSelector
+//! on `kubernetes.io/metadata.name`) and v1beta1's `spec.customVersion` (v1alpha1: a
+//! label), and this plugin reads either form in either version, so a conversion
+//! webhook would add a network hop to every read for no change in behaviour. What a
+//! client sees: an object written through one version reads back unchanged through
+//! the other (Kruise's webhook would rewrite `namespace` into a selector). The
+//! validating webhook refuses `spec.namespace` sent as v1beta1, as Kruise's schema does.
 //!
 //! Enumerations are strings here, as in Kruise's CRD: the validating webhook rejects
 //! bad values with a message naming the field, instead of a bare schema error.
@@ -57,6 +66,11 @@ pub struct SidecarSetSpec {
     /// plugin keeps no revision history, so the field has no effect.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision_history_limit: Option<i32>,
+    /// `apps.kruise.io/v1beta1`'s name for what v1alpha1 carries as the label
+    /// `apps.kruise.io/sidecarset-custom-version`: the version a ControllerRevision is
+    /// labelled with. Accepted so v1beta1 YAML applies; no revision history is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_version: Option<String>,
 }
 
 /// A core Container plus how to inject it.
@@ -179,6 +193,17 @@ pub struct SidecarSetStatus {
     /// Matched Pods both updated and ready.
     #[serde(default)]
     pub updated_ready_pods: i32,
+}
+
+/// The CRD: [`SidecarSet::crd`] (v1alpha1, the stored version) served as v1beta1 too.
+pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    use kube::CustomResourceExt;
+    let mut crd = SidecarSet::crd();
+    let mut beta = crd.spec.versions[0].clone();
+    beta.name = "v1beta1".into();
+    beta.storage = false;
+    crd.spec.versions.push(beta);
+    crd
 }
 
 /// Volumes are passed through as the core API defines them; the apiserver validates

@@ -66,10 +66,28 @@ fn validate_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionRespon
         Err(e) => return AdmissionResponse::deny(format!("cannot list SidecarSets to check for conflicts: {e}")),
     };
     let old = if req.operation == Operation::Update { old } else { None };
+    if let Some(msg) = beta_namespace(req, &ss, old.as_ref()) {
+        return AdmissionResponse::invalid(msg);
+    }
     match crate::validate::validate(&ss, old.as_ref(), &others) {
         Ok(()) => AdmissionResponse::allow(),
         Err(msg) => AdmissionResponse::invalid(msg),
     }
+}
+
+/// `spec.namespace` is not part of v1beta1 (Kruise's v1beta1 schema refuses it). Both
+/// versions share one schema here (see `types`), so the field is refused when a client
+/// sets or changes it through v1beta1; an object written through v1alpha1 and then
+/// updated through v1beta1 keeps its value.
+fn beta_namespace(req: &AdmissionRequest, ss: &SidecarSet, old: Option<&SidecarSet>) -> Option<String> {
+    let sent = req.request_kind.as_ref().unwrap_or(&req.kind);
+    let ns = scope::namespace(&ss.spec)?;
+    (sent.version == "v1beta1" && old.and_then(|o| scope::namespace(&o.spec)) != Some(ns)).then(|| {
+        format!(
+            "spec.namespace: not a field of apps.kruise.io/v1beta1; select the namespace with \
+             spec.namespaceSelector.matchLabels[\"kubernetes.io/metadata.name\"]: {ns}"
+        )
+    })
 }
 
 /// Labels of namespace `ns`, read only when some SidecarSet selects by namespace labels.
