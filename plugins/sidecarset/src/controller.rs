@@ -8,8 +8,8 @@
 //! updated Pod that is restarting or not Ready counts against `maxUnavailable`.
 //!
 //! A rollout counts as Kruise's `calculateUpgradeCount`: the Pods *waiting* (not
-//! updated, in the update selector, same hash-without-image) are ordered not-Ready
-//! first; the partition keeps the last of them old; of the rest, not-Ready Pods are
+//! updated, in the update selector, same hash-without-image) are put in Kruise's
+//! order (`order`: not-Ready first, then priority and scatter rules); the partition keeps the last of them old; of the rest, not-Ready Pods are
 //! updated freely and Ready ones while updated-but-unavailable Pods stay under
 //! maxUnavailable. A percentage over 100 % or too large to parse means all Pods.
 //!
@@ -22,7 +22,7 @@
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
 use crate::types::{SidecarSet, SidecarSetStatus};
-use crate::{scope, upgradable};
+use crate::{order, scope, upgradable};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
@@ -108,7 +108,7 @@ impl Reconciler for SidecarSetController {
         // Pods waiting for this version (not updated, picked by the update selector);
         // of those, the ones whose sidecars changed beyond their images cannot be
         // updated in place (Kruise's IsSidecarSetUpgradable) and are only marked so.
-        let (mut candidates, stuck): (Vec<&&Value>, Vec<&&Value>) = matched
+        let (candidates, stuck): (Vec<&&Value>, Vec<&&Value>) = matched
             .iter()
             .filter(|p| !updated(p))
             .filter(|p| {
@@ -135,10 +135,10 @@ impl Reconciler for SidecarSetController {
             );
             ctx.event(&req.object, "NotUpgradablePods", &msg);
         }
-        // Not-ready Pods first: updating them costs no availability. Then by name, so
-        // the order is stable across reconciles.
-        candidates
-            .sort_by_key(|p| (ready(p), p["metadata"]["namespace"].to_string(), p["metadata"]["name"].to_string()));
+        // Not-ready Pods first (updating them costs no availability), then Kruise's
+        // order, priority and scatter rules (`order`).
+        let mut candidates: Vec<&Value> = candidates.into_iter().copied().collect();
+        order::sort(&mut candidates, &matched, s);
         // As Kruise's calculateUpgradeCount: the partition is how many of the Pods
         // waiting for this version keep the old one, the last in that order.
         candidates.truncate(candidates.len().saturating_sub(partition(s.partition.as_ref(), total)));

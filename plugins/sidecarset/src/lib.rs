@@ -23,21 +23,22 @@
 //! Pod.
 //!
 //! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
-//! validation; `revisionHistoryLimit` is accepted (Kruise's defaulting writes it) but no
-//! ControllerRevision history is kept; `injectionStrategy.revision`, `priorityStrategy`,
-//! `scatterStrategy` and `resourcesPolicy` are not in the CRD, so
-//! kubectl's strict validation refuses them; the `kruise.io/sidecarset-hash` values
-//! are computed differently from Kruise's, so Pods injected by Kruise are not rolled;
-//! the rollout orders Pods not-Ready first, then by name (Kruise also by
-//! phase, readiness time, restarts and age), so a partition keeps as many Pods as
-//! Kruise's but not always the same ones; a percentage too large for any integer
-//! means all Pods (Kruise's result there is undefined or 0).
+//! validation; `revisionHistoryLimit` and `customVersion` are accepted (Kruise's
+//! defaulting writes the first) but no ControllerRevision history is kept;
+//! `injectionStrategy.revision` and `resourcesPolicy` are not in the CRD, so kubectl's
+//! strict validation refuses them; the `kruise.io/sidecarset-hash` values are computed
+//! differently from Kruise's, so Pods injected by Kruise are not rolled; a percentage
+//! too large for any integer means all Pods (Kruise's result there is undefined or 0).
+//! The update order is Kruise's (`order`: Kubernetes' ActivePods order, then
+//! `priorityStrategy`, then `scatterStrategy`), with ties taken by name where Kruise's
+//! unstable sort leaves them to chance.
 
 pub mod canary;
 mod controller;
 pub mod defaults;
 pub mod inject;
 mod names;
+pub mod order;
 pub mod patch;
 pub mod scope;
 mod share;

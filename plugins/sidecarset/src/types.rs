@@ -155,6 +155,47 @@ pub struct SidecarSetUpdateStrategy {
     /// Matched Pods (count or percentage) that may be unavailable during the update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable: Option<IntOrString>,
+    /// Which waiting Pods are updated first (see `order`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_strategy: Option<UpdatePriorityStrategy>,
+    /// Labels whose Pods are spread across the update instead of updated together
+    /// (`value: "*"`: each value of the key).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scatter_strategy: Vec<UpdateScatterTerm>,
+}
+
+/// Kruise's `UpdatePriorityStrategy`: weights or order keys, not both.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatePriorityStrategy {
+    /// Pods with the first listed label key first, then by the number its value ends in,
+    /// highest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order_priority: Vec<UpdatePriorityOrderTerm>,
+    /// Pods with the highest sum of the weights of the selectors they match first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weight_priority: Vec<UpdatePriorityWeightTerm>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatePriorityOrderTerm {
+    pub ordered_key: String,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatePriorityWeightTerm {
+    /// 0 to 100.
+    pub weight: i32,
+    pub match_selector: LabelSelector,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateScatterTerm {
+    pub key: String,
+    pub value: String,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

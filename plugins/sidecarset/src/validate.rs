@@ -3,7 +3,7 @@
 use crate::defaults::{AFTER_APP, BEFORE_APP, NOT_UPDATE, ROLLING_UPDATE};
 use crate::names::{dns1123_label, label_value, qualified_name, split_subscript};
 use crate::scope;
-use crate::types::{SidecarContainer, SidecarSet};
+use crate::types::{SidecarContainer, SidecarSet, SidecarSetUpdateStrategy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
@@ -139,6 +139,37 @@ fn names(ss: &SidecarSet) -> BTreeSet<&str> {
 }
 
 /// Checks `ss` (already defaulted); `old` on update; `others`: every other stored SidecarSet.
+/// `priorityStrategy` and `scatterStrategy`, with Kruise's rules and messages.
+fn update_order(u: &SidecarSetUpdateStrategy, errs: &mut Vec<String>) {
+    if let Some(p) = &u.priority_strategy {
+        let f = "spec.updateStrategy.priorityStrategy";
+        if !p.weight_priority.is_empty() && !p.order_priority.is_empty() {
+            errs.push(format!("{f}: only one of weightPriority and orderPriority can be used"));
+        }
+        for (i, w) in p.weight_priority.iter().enumerate() {
+            if !(0..=100).contains(&w.weight) {
+                errs.push(format!("{f}.weightPriority[{i}].weight: must be in the range 0-100, got {}", w.weight));
+            }
+            selector(&format!("{f}.weightPriority[{i}].matchSelector"), &w.match_selector, errs);
+        }
+        for (i, o) in p.order_priority.iter().enumerate() {
+            if o.ordered_key.is_empty() {
+                errs.push(format!("{f}.orderPriority[{i}].orderedKey: order key can not be empty"));
+            }
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (i, t) in u.scatter_strategy.iter().enumerate() {
+        let f = format!("spec.updateStrategy.scatterStrategy[{i}]");
+        if t.key.is_empty() {
+            errs.push(format!("{f}.key: key should not be empty"));
+        }
+        if !seen.insert((&t.key, &t.value)) {
+            errs.push(format!("{f}: duplicated key={} value={}", t.key, t.value));
+        }
+    }
+}
+
 pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]) -> Result<(), String> {
     let mut errs = Vec::new();
     let name = ss.metadata.name.as_deref().unwrap_or("");
@@ -185,6 +216,7 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
         }
         int_or_percent("spec.updateStrategy.partition", &u.partition, &mut errs);
         int_or_percent("spec.updateStrategy.maxUnavailable", &u.max_unavailable, &mut errs);
+        update_order(u, &mut errs);
         // A native sidecar (an init container that keeps running) cannot be restarted in
         // place with a new image, so Kruise refuses it with RollingUpdate.
         for (i, c) in ss.spec.init_containers.iter().enumerate() {

@@ -329,3 +329,51 @@ fn the_upgradable_condition_and_patched_metadata_follow_kruise() {
     let p1 = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), "p1")).unwrap();
     assert!(!p1["spec"]["containers"][0]["env"].to_string().contains("MODE"), "nothing rolled");
 }
+
+/// The image each Pod's sidecar has, by Pod name.
+fn image_of(fake: &FakeCluster, name: &str) -> String {
+    let p = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), name)).unwrap();
+    p["spec"]["containers"][0]["image"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn priority_and_scatter_choose_which_pods_go_first() {
+    // Weights: the Pod labelled tier=canary is updated first, though it sorts last by
+    // name; with partition 1 the Pod left old is the last in priority order.
+    let fake = FakeCluster::new();
+    let strategy = json!({"maxUnavailable": 1, "partition": 1, "priorityStrategy": {"weightPriority": [
+        {"weight": 50, "matchSelector": {"matchLabels": {"tier": "canary"}}},
+        {"weight": 10, "matchSelector": {"matchLabels": {"tier": "web"}}}]}});
+    setup(&fake, strategy, 3);
+    for (name, tier) in [("p0", "other"), ("p1", "web"), ("p2", "canary")] {
+        fake.edit(&ObjectRef::new(&pod_kind(), Some("demo"), name), |p| p["metadata"]["labels"]["tier"] = json!(tier))
+            .unwrap();
+    }
+    all_ready(&fake, 3);
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    assert_eq!(image_of(&fake, "p2"), "busybox:1.37", "the heaviest Pod first");
+    assert_eq!(image_of(&fake, "p1"), "busybox:1.36");
+    kubelet(&fake, "p2");
+    reconcile(&fake);
+    all_ready(&fake, 3);
+    reconcile(&fake);
+    assert_eq!(image_of(&fake, "p1"), "busybox:1.37");
+    assert_eq!(image_of(&fake, "p0"), "busybox:1.36", "the partition keeps the lightest Pod old");
+
+    // Scatter: zone=a on p0, p1 and p2 of six Pods; a batch of three takes one of them
+    // and two others (Kruise's order p0, p3, p4, p1, p5, p2), where name order would
+    // have updated the whole zone at once.
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"maxUnavailable": 3, "scatterStrategy": [{"key": "zone", "value": "a"}]}), 6);
+    for name in ["p0", "p1", "p2"] {
+        fake.edit(&ObjectRef::new(&pod_kind(), Some("demo"), name), |p| p["metadata"]["labels"]["zone"] = json!("a"))
+            .unwrap();
+    }
+    all_ready(&fake, 6);
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    let updated: Vec<&str> =
+        ["p0", "p1", "p2", "p3", "p4", "p5"].into_iter().filter(|n| image_of(&fake, n) == "busybox:1.37").collect();
+    assert_eq!(updated, ["p0", "p3", "p4"]);
+}

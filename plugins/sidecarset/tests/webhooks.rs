@@ -299,6 +299,43 @@ fn validation_names_the_field_and_the_rule() {
             "spec.containers[0].upgradeStrategy.upgradeType: unsupported value \"Warm\"",
         ),
         (with(&|s| s["revisionHistoryLimit"] = json!(-1)), "spec.revisionHistoryLimit"),
+        (
+            with(&|s| {
+                s["updateStrategy"] = json!({"priorityStrategy": {
+                    "weightPriority": [{"weight": 10, "matchSelector": {"matchLabels": {"a": "b"}}}],
+                    "orderPriority": [{"orderedKey": "a"}]}})
+            }),
+            "spec.updateStrategy.priorityStrategy: only one of weightPriority and orderPriority can be used",
+        ),
+        (
+            with(&|s| {
+                s["updateStrategy"] = json!({"priorityStrategy": {
+                    "weightPriority": [{"weight": 101, "matchSelector": {"matchLabels": {"a": "b"}}}]}})
+            }),
+            "spec.updateStrategy.priorityStrategy.weightPriority[0].weight: must be in the range 0-100",
+        ),
+        (
+            with(&|s| {
+                s["updateStrategy"] =
+                    json!({"priorityStrategy": {"weightPriority": [{"weight": 1, "matchSelector": {}}]}})
+            }),
+            "spec.updateStrategy.priorityStrategy.weightPriority[0].matchSelector: must not be empty",
+        ),
+        (
+            with(&|s| s["updateStrategy"] = json!({"priorityStrategy": {"orderPriority": [{"orderedKey": ""}]}})),
+            "spec.updateStrategy.priorityStrategy.orderPriority[0].orderedKey: order key can not be empty",
+        ),
+        (
+            with(&|s| s["updateStrategy"] = json!({"scatterStrategy": [{"key": "", "value": "a"}]})),
+            "spec.updateStrategy.scatterStrategy[0].key: key should not be empty",
+        ),
+        (
+            with(&|s| {
+                s["updateStrategy"] =
+                    json!({"scatterStrategy": [{"key": "z", "value": "a"}, {"key": "z", "value": "a"}]})
+            }),
+            "spec.updateStrategy.scatterStrategy[1]: duplicated key=z value=a",
+        ),
     ];
     for (obj, want) in cases {
         let msg = denial(&fake, obj.clone(), None);
