@@ -474,3 +474,57 @@ fn a_v1beta1_sidecarset_is_defaulted_validated_injected_and_counted() -> Result<
     drop(h);
     Ok(())
 }
+
+/// Issue 25: resourcesPolicy (Kruise 1.9) through the real apiserver. Kruise's e2e
+/// scenario with two app containers: the sidecar gets limits 400m/300Mi and requests
+/// 140m/125Mi, and the apiserver admits the Pod; an expression Kruise refuses is
+/// refused naming the field; a Pod with no target container is refused with the reason.
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn resources_policy_sizes_the_sidecar_from_the_pods_containers() -> Result<()> {
+    let _lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Namespace::new("ss-res");
+    let (h, _configs) = host("wasmop-e2e-ss-res", &[&ns.0])?;
+    let name = format!("res-{}", ns.0);
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let set = |policy: Value| {
+        json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet", "metadata": {"name": name},
+               "spec": {"selector": {"matchLabels": {"app": "sized"}},
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.0}},
+                        "containers": [{"name": "sized-side", "image": "busybox:1.36", "resourcesPolicy": policy}]}})
+        .to_string()
+    };
+    let policy = json!({"targetContainersMode": "sum", "targetContainersNameRegex": "^app",
+        "resourcesExpr": {
+            "limits": {"cpu": "cpu*50% + 100m", "memory": "max(memory*20% + 100Mi, 200Mi)"},
+            "requests": {"cpu": "cpu*30% + 50m", "memory": "memory*15% + 50Mi"}}});
+    let mut refused = policy.clone();
+    refused["resourcesExpr"]["limits"]["memory"] = json!("memory - 100Mi");
+    let e = apply(&set(refused)).expect_err("an expression Kruise refuses");
+    assert!(
+        e.contains("spec.containers[0].resourcesPolicy.resourcesExpr.limits.memory: invalid expression: calculation result is negative"),
+        "{e}"
+    );
+    apply(&set(policy.clone())).map_err(anyhow::Error::msg)?;
+
+    let res = |l: (&str, &str), r: (&str, &str)| json!({"limits": {"cpu": l.0, "memory": l.1}, "requests": {"cpu": r.0, "memory": r.1}});
+    let pod = |pod: &str, containers: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": ns.0, "labels": {"app": "sized"}},
+               "spec": {"containers": containers}})
+        .to_string()
+    };
+    let two = json!([
+        {"name": "app1", "image": "nginx:1.27", "resources": res(("200m", "400Mi"), ("100m", "200Mi"))},
+        {"name": "app2", "image": "nginx:1.27", "resources": res(("400m", "600Mi"), ("200m", "300Mi"))}
+    ]);
+    apply(&pod("two", two)).map_err(anyhow::Error::msg)?;
+    let p = get_json(&["pod", "-n", &ns.0, "two"]).unwrap();
+    let side = p["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "sized-side").cloned();
+    assert_eq!(side.map(|c| c["resources"].clone()), Some(res(("400m", "300Mi"), ("140m", "125Mi"))), "{p}");
+
+    let other = json!([{"name": "web", "image": "nginx:1.27", "resources": res(("1", "1Gi"), ("1", "1Gi"))}]);
+    let e = apply(&pod("no-target", other)).expect_err("no target container");
+    assert!(e.contains("resourcesPolicy: no containers match the regex pattern \"^app\""), "{e}");
+    drop(h);
+    Ok(())
+}

@@ -40,6 +40,10 @@ fn default_container(c: &mut SidecarContainer, policy: &str) {
     c.pod_inject_policy.get_or_insert_with(|| policy.into());
     let share = c.share_volume_policy.get_or_insert_with(Default::default);
     share.type_.get_or_insert_with(|| "disabled".into());
+    // Kruise's CRD default; an explicit "" stays, and validation refuses it.
+    if let Some(p) = &mut c.resources_policy {
+        p.target_containers_name_regex.get_or_insert_with(|| crate::resources::DEFAULT_REGEX.into());
+    }
     let k = &mut c.container;
     // The kubelet's defaults for a Container, so the stored SidecarSet shows what Pods get.
     if k.image_pull_policy.is_none() {

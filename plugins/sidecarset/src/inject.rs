@@ -83,11 +83,27 @@ fn place(mut app: Vec<Value>, sidecars: Vec<(bool, Value)>) -> Vec<Value> {
 
 /// The sidecars of `list` for a Pod whose app containers are `app`, each with whether
 /// it goes after the app (without a policy: `after`, Kruise's default for the kind).
-fn sidecars(list: &[SidecarContainer], pod: &Value, labels: &Value, after: bool) -> Vec<(bool, Value)> {
+/// `targets`: the containers a resourcesPolicy reads (`resources::candidates`).
+fn sidecars(
+    list: &[SidecarContainer],
+    pod: &Value,
+    labels: &Value,
+    after: bool,
+    targets: &[&Value],
+) -> Result<Vec<(bool, Value)>, String> {
     let goes_after = |c: &SidecarContainer| c.pod_inject_policy.as_deref().map_or(after, |p| p == AFTER_APP);
     let app = pod["spec"]["containers"].as_array().map_or(&[][..], Vec::as_slice);
     let annotations = &pod["metadata"]["annotations"];
-    list.iter().map(|c| (goes_after(c), sidecar(c, app, labels, annotations))).collect()
+    list.iter()
+        .map(|c| {
+            let mut v = sidecar(c, app, labels, annotations);
+            if let Some(p) = &c.resources_policy {
+                v["resources"] = crate::resources::compute(p, targets)
+                    .map_err(|e| format!("container {}: resourcesPolicy: {e}", c.container.name))?;
+            }
+            Ok((goes_after(c), v))
+        })
+        .collect()
 }
 
 fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
@@ -105,9 +121,15 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
     }
     // Every set's sidecars are built while the Pod is as it came (transferEnv and
     // shared mounts read its containers and metadata).
-    let build = |l: &[SidecarContainer], after| sidecars(l, pod, labels, after);
-    let built: Vec<_> =
-        sets.iter().map(|ss| (build(&ss.spec.containers, false), build(&ss.spec.init_containers, true))).collect();
+    let targets = crate::resources::candidates(pod, sets);
+    let build = |ss: &SidecarSet| {
+        let name = ss.metadata.name.as_deref().unwrap_or("");
+        let cs = sidecars(&ss.spec.containers, pod, labels, false, &targets);
+        let is = sidecars(&ss.spec.init_containers, pod, labels, true, &targets);
+        let named = |e: String| format!("SidecarSet {name}: {e}");
+        Ok::<_, String>((cs.map_err(named)?, is.map_err(named)?))
+    };
+    let built = sets.iter().map(|ss| build(ss)).collect::<Result<Vec<_>, _>>()?;
     // Moved out of the Pod, not copied: each goes back in at the end (the optional ones
     // only if the Pod had them or something was added).
     let containers = take_array(&mut pod["spec"]["containers"]);

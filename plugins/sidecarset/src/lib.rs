@@ -19,20 +19,22 @@
 //! one pass, init containers sorted by name across sets; volumes used as block devices
 //! go in too; `sidecarList` names containers and native-sidecar init containers,
 //! sorted, and the injected-list annotation is sorted; what shared volumes bring along),
-//! canary SidecarSets (`canary`), and the conflicts between sets that may meet in a
-//! Pod.
+//! canary SidecarSets (`canary`), sidecar resources computed from the app containers
+//! (`resources`, with Kruise's expression language in `calc` and Kubernetes'
+//! quantities in `quantity`), and the conflicts between sets that may meet in a Pod.
 //!
 //! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
 //! validation; `revisionHistoryLimit` and `customVersion` are accepted (Kruise's
 //! defaulting writes the first) but no ControllerRevision history is kept;
-//! `injectionStrategy.revision` and `resourcesPolicy` are not in the CRD, so kubectl's
-//! strict validation refuses them; the `kruise.io/sidecarset-hash` values are computed
+//! `injectionStrategy.revision` is not in the CRD, so kubectl's strict validation
+//! refuses it; the `kruise.io/sidecarset-hash` values are computed
 //! differently from Kruise's, so Pods injected by Kruise are not rolled; a percentage
 //! too large for any integer means all Pods (Kruise's result there is undefined or 0).
 //! The update order is Kruise's (`order`: Kubernetes' ActivePods order, then
 //! `priorityStrategy`, then `scatterStrategy`), with ties taken by name where Kruise's
 //! unstable sort leaves them to chance.
 
+mod calc;
 pub mod canary;
 mod controller;
 pub mod defaults;
@@ -40,6 +42,8 @@ pub mod inject;
 mod names;
 pub mod order;
 pub mod patch;
+mod quantity;
+pub mod resources;
 pub mod scope;
 mod share;
 pub mod types;

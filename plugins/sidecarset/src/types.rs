@@ -90,6 +90,10 @@ pub struct SidecarContainer {
     /// Environment variables copied from the Pod's own containers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfer_env: Vec<TransferEnvVar>,
+    /// The sidecar's resources computed from the Pod's own containers at injection
+    /// (see `resources`); exclusive with the sidecar's own `resources`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources_policy: Option<ResourcesPolicy>,
     /// How the sidecar is upgraded: ColdUpgrade (restart in place with the new image).
     /// Kruise's HotUpgrade is refused by validation, not silently ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +109,43 @@ pub struct SidecarContainerUpgradeStrategy {
     /// The empty image of a HotUpgrade pair (HotUpgrade is not supported here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hot_upgrade_empty_image: Option<String>,
+}
+
+/// Kruise's `ResourcesPolicy`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesPolicy {
+    /// sum or max: how the target containers' resources are combined.
+    pub target_containers_mode: String,
+    /// Which of the Pod's containers are targets: a regular expression searched for in
+    /// their names (unanchored, as Go's MatchString); defaulted to ".*".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_containers_name_regex: Option<String>,
+    pub resources_expr: ResourcesExpr,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesExpr {
+    /// Expressions over `cpu` / `memory` (the targets' combined limits); a target
+    /// without a limit makes that limit unlimited, and the sidecar gets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ResourceExprs>,
+    /// Expressions over `cpu` / `memory` (the targets' combined requests; a missing
+    /// request counts 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<ResourceExprs>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceExprs {
+    /// For example `max(cpu*50%, 50m)`: + - * /, max(a, b), min(a, b), quantities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    /// For example `memory*20% + 100Mi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -237,14 +278,57 @@ pub struct SidecarSetStatus {
 }
 
 /// The CRD: [`SidecarSet::crd`] (v1alpha1, the stored version) served as v1beta1 too.
+///
+/// The core Container fields of the sidecars are described once, by a pointer to
+/// `kubectl explain pod.spec.containers`, rather than field by field: their copied
+/// descriptions made up three quarters of the CRD, and with two versions it came
+/// within 10 KB of the 256 KiB that a client-side `kubectl apply` can store.
 pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     use kube::CustomResourceExt;
-    let mut crd = SidecarSet::crd();
+    let mut crd = serde_json::to_value(SidecarSet::crd()).expect("a CRD serializes");
+    let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    for list in ["containers", "initContainers"] {
+        let items = &mut spec[list]["items"];
+        items["description"] = serde_json::json!(
+            "A core/v1 Container (its fields: kubectl explain pod.spec.containers) and how to inject it."
+        );
+        for (name, field) in items["properties"].as_object_mut().into_iter().flatten() {
+            if !SIDECAR_FIELDS.contains(&name.as_str()) {
+                drop_descriptions(field);
+            }
+        }
+    }
+    let mut crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_json::from_value(crd).expect("still a CRD");
     let mut beta = crd.spec.versions[0].clone();
     beta.name = "v1beta1".into();
     beta.storage = false;
     crd.spec.versions.push(beta);
     crd
+}
+
+/// The fields a SidecarContainer adds to a core Container.
+const SIDECAR_FIELDS: [&str; 6] = [
+    "podInjectPolicy",
+    "shareVolumePolicy",
+    "shareVolumeDevicePolicy",
+    "transferEnv",
+    "resourcesPolicy",
+    "upgradeStrategy",
+];
+
+fn drop_descriptions(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            // A schema's description is a string; a field named "description" is not.
+            if m.get("description").is_some_and(serde_json::Value::is_string) {
+                m.remove("description");
+            }
+            m.values_mut().for_each(drop_descriptions);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(drop_descriptions),
+        _ => {}
+    }
 }
 
 /// Volumes are passed through as the core API defines them; the apiserver validates

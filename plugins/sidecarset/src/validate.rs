@@ -95,6 +95,10 @@ fn containers(
                 "{f}.upgradeStrategy.upgradeType: unsupported value {other:?}, must be one of ColdUpgrade, HotUpgrade"
             )),
         }
+        if let Some(p) = &c.resources_policy {
+            let raw = serde_json::to_value(&c.container).unwrap_or_default();
+            crate::resources::validate(p, &f, path == "initContainers", &raw, errs);
+        }
         for (j, t) in c.transfer_env.iter().enumerate() {
             if let Some(r) = t.source_container_name_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
                 let f = format!("{f}.transferEnv[{j}].sourceContainerNameFrom.fieldRef");

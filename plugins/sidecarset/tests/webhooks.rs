@@ -647,3 +647,55 @@ fn a_canary_sidecarset_replaces_its_base_and_is_validated_as_kruise() {
         assert!(msg.contains(&want), "{want:?} not in {msg:?}");
     }
 }
+
+/// Kruise's e2e "filter Kruise sidecars": a sidecar sized from the Pod's own
+/// containers (resourcesPolicy), not from another set's sidecars nor plain init
+/// containers; a Pod without a target container is refused with the reason.
+#[test]
+fn resources_policy_sizes_a_sidecar_from_the_app_containers_only() {
+    let fake = FakeCluster::new();
+    let res = |l: (&str, &str), r: (&str, &str)| json!({"limits": {"cpu": l.0, "memory": l.1}, "requests": {"cpu": r.0, "memory": r.1}});
+    store(
+        &fake,
+        sidecarset(
+            "other",
+            json!({"selector": {"matchLabels": {"app": "web"}}, "updateStrategy": {"type": "NotUpdate"},
+                   "initContainers": [{"name": "kruise-init-sidecar", "image": "busybox:1.36", "restartPolicy": "Always",
+                                       "resources": res(("300m", "300Mi"), ("150m", "150Mi"))}],
+                   "containers": [{"name": "kruise-sidecar", "image": "busybox:1.36",
+                                   "resources": res(("400m", "400Mi"), ("200m", "200Mi"))}]}),
+        ),
+    );
+    let policy = json!({"targetContainersMode": "sum",
+        "resourcesExpr": {"limits": {"cpu": "cpu*50%", "memory": "memory*50%"},
+                          "requests": {"cpu": "cpu*40%", "memory": "memory*40%"}}});
+    let stored = store(
+        &fake,
+        sidecarset(
+            "sized",
+            json!({"selector": {"matchLabels": {"app": "web"}},
+                   "containers": [{"name": "policy-sidecar", "image": "busybox:1.36", "resourcesPolicy": policy}]}),
+        ),
+    );
+    assert_eq!(stored["spec"]["containers"][0]["resourcesPolicy"]["targetContainersNameRegex"], ".*", "defaulted");
+    let original = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"app": "web"}},
+        "spec": {"initContainers": [{"name": "plain-init", "image": "busybox", "resources": res(("100m", "100Mi"), ("50m", "50Mi"))}],
+                 "containers": [{"name": "app1", "image": "nginx", "resources": res(("200m", "200Mi"), ("100m", "100Mi"))}]}});
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), original.clone(), None);
+    let p = r.apply(&original).unwrap();
+    let sidecar = p["spec"]["containers"].as_array().unwrap().iter().find(|c| c["name"] == "policy-sidecar").unwrap();
+    assert_eq!(sidecar["resources"], res(("100m", "100Mi"), ("40m", "40Mi")));
+
+    let mut narrow =
+        fake.object(&wasmop_sdk::ObjectRef::new(&wasmop_sdk::KindRef::of::<SidecarSet>(), None, "sized")).unwrap();
+    narrow["spec"]["containers"][0]["resourcesPolicy"]["targetContainersNameRegex"] = json!("^db$");
+    fake.edit(&wasmop_sdk::ObjectRef::new(&wasmop_sdk::KindRef::of::<SidecarSet>(), None, "sized"), |o| *o = narrow)
+        .unwrap();
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), original, None);
+    let msg = r.status.map(|s| s.message).unwrap_or_default();
+    assert!(!r.allowed, "refused");
+    assert!(
+        msg.contains("SidecarSet sized: container policy-sidecar: resourcesPolicy: no containers match the regex pattern \"^db$\""),
+        "{msg}"
+    );
+}
