@@ -22,7 +22,13 @@ fn kustomize_tree_is_schema_valid_server_side() -> Result<()> {
 
     // The plugin ConfigMaps, with the built plugins gzipped as `make deploy-plugins` does.
     let dir = tempfile::tempdir()?;
-    for f in ["kustomization.yaml", "memcached.settings.yaml", "memcached-rbac.yaml", "sidecarset-rbac.yaml"] {
+    for f in [
+        "kustomization.yaml",
+        "memcached.settings.yaml",
+        "memcached-rbac.yaml",
+        "sidecarset.settings.yaml",
+        "sidecarset-rbac.yaml",
+    ] {
         std::fs::copy(Path::new(DEPLOY).join("plugins").join(f), dir.path().join(f))?;
     }
     for p in ["memcached", "sidecarset"] {

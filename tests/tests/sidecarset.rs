@@ -16,12 +16,17 @@ const CRD: &str = include_str!("../../deploy/crds/sidecarset.yaml");
 
 /// A host serving the SidecarSet plugin's webhooks for `namespaces`.
 fn host(name: &str, namespaces: &[&str]) -> Result<(Host, WebhookConfigs)> {
+    host_with(name, namespaces, "")
+}
+
+/// [`host`] with the plugin's `settings`.
+fn host_with(name: &str, namespaces: &[&str], settings: &str) -> Result<(Host, WebhookConfigs)> {
     install_crd(CRD, "sidecarsets.apps.kruise.io")?;
     let port = free_port();
     let wasm = plugin_path("sidecarset.wasm");
     let addr = format!("127.0.0.1:{port}");
     let h = Host::start(
-        &[("sidecarset", &wasm, "")],
+        &[("sidecarset", &wasm, settings)],
         &["--webhooks", "--webhook-bind-address", &addr, "--webhook-configurations", name],
     )?;
     let configs = WebhookConfigs::apply(name, port, &[&wasm], namespaces)?;
@@ -180,6 +185,14 @@ fn injects_defaults_validates_and_counts() -> Result<()> {
             "b",
             with(&|s| s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]})),
             "also injected by SidecarSet",
+        ),
+        // As Kruise: no annotation may be patched until the admin whitelists it.
+        (
+            "x",
+            json!({"selector": {"matchLabels": {"app": "patched"}},
+                   "containers": [{"name": "patched", "image": "busybox:1.36"}],
+                   "patchPodMetadata": [{"annotations": {"team": "a"}}]}),
+            "spec.patchPodMetadata: no annotation may be patched",
         ),
     ];
     for (suffix, s, want) in cases {
@@ -484,7 +497,8 @@ fn a_v1beta1_sidecarset_is_defaulted_validated_injected_and_counted() -> Result<
 fn resources_policy_sizes_the_sidecar_from_the_pods_containers() -> Result<()> {
     let _lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ns = Namespace::new("ss-res");
-    let (h, _configs) = host("wasmop-e2e-ss-res", &[&ns.0])?;
+    let admin = r#"patchPodMetadataWhiteList: {"rules": [{"allowedAnnotationKeyExprs": ["^sized\\."]}]}"#;
+    let (h, _configs) = host_with("wasmop-e2e-ss-res", &[&ns.0], admin)?;
     let name = format!("res-{}", ns.0);
     let _cleanup = Cleanup(vec![name.clone()]);
     let set = |policy: Value| {
@@ -525,6 +539,24 @@ fn resources_policy_sizes_the_sidecar_from_the_pods_containers() -> Result<()> {
     let other = json!([{"name": "web", "image": "nginx:1.27", "resources": res(("1", "1Gi"), ("1", "1Gi"))}]);
     let e = apply(&pod("no-target", other)).expect_err("no target container");
     assert!(e.contains("resourcesPolicy: no containers match the regex pattern \"^app\""), "{e}");
+
+    // patchPodMetadata: the keys this host's admin whitelisted, and no other.
+    let meta = |key: &str| {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": format!("{name}-meta")},
+               "spec": {"namespace": ns.0, "selector": {"matchLabels": {"app": "meta"}},
+                        "containers": [{"name": "meta-side", "image": "busybox:1.36"}],
+                        "patchPodMetadata": [{"annotations": {key: "gold"}, "patchPolicy": "Overwrite"}]}})
+        .to_string()
+    };
+    let _cleanup_meta = Cleanup(vec![format!("{name}-meta")]);
+    let e = apply(&meta("apparmor.security.beta.kubernetes.io/app")).expect_err("not whitelisted");
+    assert!(e.contains("is not allowed by patchPodMetadataWhiteList"), "{e}");
+    apply(&meta("sized.io/tier")).map_err(anyhow::Error::msg)?;
+    let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "meta", "namespace": ns.0, "labels": {"app": "meta"}},
+                   "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}});
+    apply(&p.to_string()).map_err(anyhow::Error::msg)?;
+    let p = get_json(&["pod", "-n", &ns.0, "meta"]).unwrap();
+    assert_eq!(p["metadata"]["annotations"]["sized.io/tier"], "gold", "{p}");
     drop(h);
     Ok(())
 }

@@ -50,6 +50,7 @@ pub mod types;
 pub mod upgradable;
 pub mod validate;
 pub mod webhooks;
+pub mod whitelist;
 
 pub use controller::SidecarSetController;
 pub use types::{SidecarSet, SidecarSetSpec, SidecarSetStatus};

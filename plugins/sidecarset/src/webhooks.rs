@@ -31,10 +31,10 @@ impl Webhooks for SidecarSetWebhooks {
         ]
     }
 
-    fn review(ctx: &Context<'_>, handler: &str, _settings: &str, req: &AdmissionRequest) -> AdmissionResponse {
+    fn review(ctx: &Context<'_>, handler: &str, settings: &str, req: &AdmissionRequest) -> AdmissionResponse {
         match handler {
             DEFAULT => default_review(req),
-            VALIDATE => validate_review(ctx, req),
+            VALIDATE => validate_review(ctx, req, settings),
             INJECT => inject_review(ctx, req),
             other => AdmissionResponse::deny(format!("unknown handler {other:?}")),
         }
@@ -54,7 +54,7 @@ fn default_review(req: &AdmissionRequest) -> AdmissionResponse {
     AdmissionResponse::mutate(out)
 }
 
-fn validate_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse {
+fn validate_review(ctx: &Context<'_>, req: &AdmissionRequest, settings: &str) -> AdmissionResponse {
     let parse = |v: Option<&serde_json::Value>| v.map(|v| serde_json::from_value::<SidecarSet>(v.clone())).transpose();
     let (ss, old) = match (parse(req.object.as_ref()), parse(req.old_object.as_ref())) {
         (Ok(Some(s)), Ok(old)) => (s, old),
@@ -69,7 +69,7 @@ fn validate_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionRespon
     if let Some(msg) = beta_namespace(req, &ss, old.as_ref()) {
         return AdmissionResponse::invalid(msg);
     }
-    match crate::validate::validate(&ss, old.as_ref(), &others) {
+    match crate::validate::validate(&ss, old.as_ref(), &others).and_then(|()| crate::whitelist::check(settings, &ss)) {
         Ok(()) => AdmissionResponse::allow(),
         Err(msg) => AdmissionResponse::invalid(msg),
     }

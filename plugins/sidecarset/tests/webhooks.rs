@@ -26,8 +26,13 @@ fn review(
         old_object: old,
         ..Default::default()
     };
-    SidecarSetWebhooks::review(&Context::new(fake), handler, "", &req)
+    SidecarSetWebhooks::review(&Context::new(fake), handler, ADMIN_ALLOWS_ANY_ANNOTATION, &req)
 }
+
+/// Settings under which any annotation may be patched (the other tests are not about
+/// the whitelist; `patch_pod_metadata_needs_the_admins_whitelist` is).
+const ADMIN_ALLOWS_ANY_ANNOTATION: &str =
+    r#"patchPodMetadataWhiteList: {"rules": [{"allowedAnnotationKeyExprs": [".*"]}]}"#;
 
 /// Defaults a SidecarSet as the mutating webhook would, and stores it.
 fn store(fake: &FakeCluster, obj: Value) -> Value {
@@ -698,4 +703,38 @@ fn resources_policy_sizes_a_sidecar_from_the_app_containers_only() {
         msg.contains("SidecarSet sized: container policy-sidecar: resourcesPolicy: no containers match the regex pattern \"^db$\""),
         "{msg}"
     );
+}
+
+/// Kruise denies patchPodMetadata until the cluster admin whitelists the keys; the
+/// list is the plugin's setting, in Kruise's JSON, with rules per SidecarSet label.
+#[test]
+fn patch_pod_metadata_needs_the_admins_whitelist() {
+    let fake = FakeCluster::new();
+    let set = |labels: Value, key: &str| {
+        let mut s = sidecarset("s", two_sidecars());
+        s["metadata"]["labels"] = labels;
+        s["spec"]["patchPodMetadata"] = json!([{"annotations": {key: "x"}}]);
+        review(&fake, DEFAULT, Operation::Create, None, s, None).object.unwrap()
+    };
+    let check = |settings: &str, obj: Value| {
+        let req =
+            AdmissionRequest { uid: "u".into(), operation: Operation::Create, object: Some(obj), ..Default::default() };
+        let r = SidecarSetWebhooks::review(&Context::new(&fake), VALIDATE, settings, &req);
+        if r.allowed { Ok(()) } else { Err(r.status.unwrap().message) }
+    };
+    let e = check("", set(json!({}), "team")).unwrap_err();
+    assert!(
+        e.contains("spec.patchPodMetadata: no annotation may be patched") && e.contains("patchPodMetadataWhiteList"),
+        "{e}"
+    );
+    assert_eq!(check("patchPodMetadataDefaultsAllowed: true", set(json!({}), "team")), Ok(()), "Kruise's feature gate");
+    let rules = r#"patchPodMetadataWhiteList: '{"rules": [{"selector": {"matchLabels": {"owner": "infra"}}, "allowedAnnotationKeyExprs": ["^oom-score$", "^infra\\."]}]}'"#;
+    assert_eq!(check(rules, set(json!({"owner": "infra"}), "oom-score")), Ok(()));
+    assert_eq!(check(rules, set(json!({"owner": "infra"}), "infra.io/level")), Ok(()));
+    let e = check(rules, set(json!({"owner": "infra"}), "apparmor")).unwrap_err();
+    assert!(e.contains("annotation \"apparmor\" is not allowed by patchPodMetadataWhiteList"), "{e}");
+    let e = check(rules, set(json!({"owner": "web"}), "oom-score")).unwrap_err();
+    assert!(e.contains("no rule of patchPodMetadataWhiteList selects it"), "{e}");
+    let e = check("patchPodMetadataWhiteList: {rules", set(json!({}), "team")).unwrap_err();
+    assert!(e.contains("is not Kruise's whitelist JSON"), "{e}");
 }
