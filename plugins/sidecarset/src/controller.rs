@@ -3,9 +3,10 @@
 //!
 //! A Pod counts as *matched* when it carries this SidecarSet's sidecars (its hash
 //! annotation names the SidecarSet), *updated* when that hash is the current one, and
-//! *ready* when Running with condition Ready. While updating, a Pod whose sidecar
-//! images in `status.containerStatuses` differ from its spec is still restarting; an
-//! updated Pod that is restarting or not Ready counts against `maxUnavailable`.
+//! *ready* when Running with condition Ready. While updating, a Pod whose sidecars do
+//! not yet run what its spec says (`inplace`: by imageID, as Kruise) is still
+//! restarting; an updated Pod that is restarting or not Ready counts against
+//! `maxUnavailable`.
 //!
 //! A rollout counts as Kruise's `calculateUpgradeCount`: the Pods *waiting* (not
 //! updated, in the update selector, same hash-without-image) are put in Kruise's
@@ -22,7 +23,7 @@
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
 use crate::types::{SidecarSet, SidecarSetStatus};
-use crate::{order, scope, upgradable};
+use crate::{inplace, order, scope, upgradable};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
@@ -168,7 +169,8 @@ impl Reconciler for SidecarSetController {
             };
             writes += usize::from(written.is_some());
             let mut pod = written.unwrap_or_else(|| (*p).clone());
-            set_images(&mut pod, &ss);
+            let changed = set_images(&mut pod, &ss);
+            inplace::record(&mut pod, &name, &hash, &changed, &now);
             set_pod_hash(&mut pod, HASH, &name, &hash);
             // As Kruise's updatePodSidecarAndHash: patchPodMetadata applies again.
             if let Some(a) = pod["metadata"]["annotations"].as_object_mut() {
@@ -273,26 +275,24 @@ fn ready(p: &Value) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-/// A sidecar whose running image (status) differs from its spec: restarting in place.
+/// A sidecar of `ss` not yet running what the Pod's spec says (`inplace`).
 fn restarting(p: &Value, ss: &SidecarSet) -> bool {
-    let statuses = p["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
-    ss.spec.containers.iter().any(|sc| {
-        let spec = p["spec"]["containers"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["name"] == sc.container.name.as_str()));
-        let status = statuses.iter().find(|c| c["name"] == sc.container.name.as_str());
-        match (spec, status) {
-            (Some(a), Some(b)) => a["image"] != b["image"],
-            _ => false,
-        }
-    })
+    let names = ss.spec.containers.iter().map(|c| c.container.name.as_str()).collect();
+    !inplace::consistent(p, ss.metadata.name.as_deref().unwrap_or(""), &names)
 }
 
-/// Sets the images of this SidecarSet's containers in the Pod's spec.
-fn set_images(pod: &mut Value, ss: &SidecarSet) {
+/// Sets the images of this SidecarSet's containers in the Pod's spec; the names of
+/// those whose image changed.
+fn set_images(pod: &mut Value, ss: &SidecarSet) -> Vec<String> {
+    let mut changed = Vec::new();
     for c in pod["spec"]["containers"].as_array_mut().into_iter().flatten() {
         if let Some(sc) = ss.spec.containers.iter().find(|sc| c["name"] == sc.container.name.as_str()) {
-            c["image"] = serde_json::json!(sc.container.image);
+            let image = serde_json::json!(sc.container.image);
+            if c["image"] != image {
+                changed.push(sc.container.name.clone());
+                c["image"] = image;
+            }
         }
     }
+    changed
 }

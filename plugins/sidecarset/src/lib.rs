@@ -39,6 +39,7 @@ pub mod canary;
 mod controller;
 pub mod defaults;
 pub mod inject;
+pub mod inplace;
 mod names;
 pub mod order;
 pub mod patch;

@@ -377,3 +377,43 @@ fn priority_and_scatter_choose_which_pods_go_first() {
         ["p0", "p1", "p2", "p3", "p4", "p5"].into_iter().filter(|n| image_of(&fake, n) == "busybox:1.37").collect();
     assert_eq!(updated, ["p0", "p3", "p4"]);
 }
+
+/// What a real kubelet reports: the runtime's own name for the image and a new
+/// imageID once the container restarted.
+fn runtime_kubelet(fake: &FakeCluster, name: &str, id: &str) {
+    fake.edit(&ObjectRef::new(&pod_kind(), Some("demo"), name), |p| {
+        let statuses: Vec<Value> = p["spec"]["containers"].as_array().unwrap().iter()
+            .map(|c| json!({"name": c["name"], "image": format!("docker.io/library/{}", c["image"].as_str().unwrap()),
+                            "imageID": format!("containerd://sha256:{id}-{}", c["name"].as_str().unwrap()), "ready": true}))
+            .collect();
+        p["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": statuses});
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_rollout_does_not_stall_when_the_runtime_names_images_its_own_way() {
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"maxUnavailable": 1}), 2);
+    for p in ["p0", "p1"] {
+        runtime_kubelet(&fake, p, "old");
+    }
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    assert_eq!(new_images(&fake), 1);
+    let p0 = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), "p0")).unwrap();
+    let state: Value = serde_json::from_str(
+        p0["metadata"]["annotations"]["kruise.io/sidecarset-inplace-update-state"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["s"]["lastContainerStatuses"]["log"]["imageID"], "containerd://sha256:old-log", "Kruise's record");
+    reconcile(&fake);
+    assert_eq!(new_images(&fake), 1, "p0 still runs the old image: maxUnavailable holds p1");
+    runtime_kubelet(&fake, "p0", "new");
+    reconcile(&fake);
+    assert_eq!(
+        new_images(&fake),
+        2,
+        "p0 restarted (new imageID) though its status names docker.io/library/busybox:1.37"
+    );
+}
