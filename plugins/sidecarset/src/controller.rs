@@ -20,7 +20,7 @@
 //! waiting Pods whose sidecars changed beyond their images are marked not upgradable
 //! and left alone, with one `NotUpgradablePods` Event when some are newly found.
 
-use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, current_hashes};
+use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, accepted_hashes, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
 use crate::types::{SidecarSet, SidecarSetStatus};
 use crate::{inplace, order, scope, upgradable};
@@ -68,7 +68,10 @@ impl Reconciler for SidecarSetController {
             BTreeMap::new()
         };
         let empty = BTreeMap::new();
-        let (hash, hash_wo) = current_hashes(&ss);
+        let (hash, _) = current_hashes(&ss);
+        // A Pod is at this version if it carries any hash of it: Kruise's, this
+        // plugin's legacy one, or the set's annotation (`defaults::accepted_hashes`).
+        let (hashes, hashes_wo) = accepted_hashes(&ss);
         let matched: Vec<&Value> = pods
             .iter()
             .filter(|p| {
@@ -81,7 +84,7 @@ impl Reconciler for SidecarSetController {
                     && consistent(p, &ss)
             })
             .collect();
-        let updated = |p: &Value| pod_hash(p, HASH, &name).as_deref() == Some(hash.as_str());
+        let updated = |p: &Value| pod_hash(p, HASH, &name).is_some_and(|h| hashes.contains(&h));
         let status = SidecarSetStatus {
             observed_generation: ss.metadata.generation,
             matched_pods: matched.len() as i32,
@@ -117,7 +120,7 @@ impl Reconciler for SidecarSetController {
                     serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
                 s.selector.as_ref().is_none_or(|sel| scope::matches(sel, &labels))
             })
-            .partition(|p| pod_hash(p, HASH_WITHOUT_IMAGE, &name).as_deref() == Some(hash_wo.as_str()));
+            .partition(|p| pod_hash(p, HASH_WITHOUT_IMAGE, &name).is_some_and(|h| hashes_wo.contains(&h)));
         let now = upgradable::now();
         let mut writes = 0;
         let mut marked_stuck = 0;

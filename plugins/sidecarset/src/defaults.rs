@@ -30,6 +30,10 @@ pub fn default(ss: &mut SidecarSet) {
     for c in &mut spec.init_containers {
         default_container(c, AFTER_APP);
     }
+    spec.revision_history_limit.get_or_insert(10);
+    for p in &mut spec.patch_pod_metadata {
+        p.patch_policy.get_or_insert_with(|| "Retain".into());
+    }
     let (h, w) = hashes(spec);
     let a = ss.metadata.annotations.get_or_insert_with(Default::default);
     a.insert(HASH.into(), h);
@@ -40,6 +44,13 @@ fn default_container(c: &mut SidecarContainer, policy: &str) {
     c.pod_inject_policy.get_or_insert_with(|| policy.into());
     let share = c.share_volume_policy.get_or_insert_with(Default::default);
     share.type_.get_or_insert_with(|| "disabled".into());
+    let upgrade = c.upgrade_strategy.get_or_insert_with(Default::default);
+    upgrade.upgrade_type.get_or_insert_with(|| "ColdUpgrade".into());
+    for t in &mut c.transfer_env {
+        if let Some(r) = t.source_container_name_from.as_mut().and_then(|f| f.field_ref.as_mut()) {
+            r.api_version.get_or_insert_with(|| "v1".into());
+        }
+    }
     // Kruise's CRD default; an explicit "" stays, and validation refuses it.
     if let Some(p) = &mut c.resources_policy {
         p.target_containers_name_regex.get_or_insert_with(|| crate::resources::DEFAULT_REGEX.into());
@@ -57,6 +68,31 @@ fn default_container(c: &mut SidecarContainer, policy: &str) {
     for p in k.ports.iter_mut().flatten() {
         p.protocol.get_or_insert_with(|| "TCP".into());
     }
+    // The rest of Kruise's setDefaultContainer (Kubernetes' own defaults, which Kruise
+    // applies to these probes and handlers only): the hashes cover them.
+    for e in k.env.iter_mut().flatten() {
+        if let Some(r) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
+            r.api_version.get_or_insert_with(|| "v1".into());
+        }
+    }
+    let http = |h: &mut Option<k8s_openapi::api::core::v1::HTTPGetAction>| {
+        if let Some(h) = h {
+            h.path.get_or_insert_with(|| "/".into());
+            h.scheme.get_or_insert_with(|| "HTTP".into());
+        }
+    };
+    for p in [&mut k.liveness_probe, &mut k.readiness_probe].into_iter().flatten() {
+        p.timeout_seconds.get_or_insert(1);
+        p.period_seconds.get_or_insert(10);
+        p.success_threshold.get_or_insert(1);
+        p.failure_threshold.get_or_insert(3);
+        http(&mut p.http_get);
+    }
+    if let Some(l) = &mut k.lifecycle {
+        for h in [&mut l.post_start, &mut l.pre_stop].into_iter().flatten() {
+            http(&mut h.http_get);
+        }
+    }
 }
 
 fn sha(v: &serde_json::Value) -> String {
@@ -68,14 +104,19 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// (hash of the containers, hash of the containers with images blanked): equal
-/// "without image" hashes mean only images changed, so Pods can be updated in place.
+/// (hash of the containers, hash of the containers with images blanked), Kruise's
+/// (`gojson`): equal "without image" hashes mean only images changed, so Pods can be
+/// updated in place.
 pub fn hashes(spec: &SidecarSetSpec) -> (String, String) {
+    crate::gojson::kruise_hashes(spec)
+}
+
+/// The hashes this plugin wrote before it wrote Kruise's (hex sha256 of the containers
+/// and every init container, an unspelled ColdUpgrade left out): Pods injected then
+/// still count as up to date, and stay updatable in place.
+pub fn legacy_hashes(spec: &SidecarSetSpec) -> (String, String) {
     let all: Vec<&SidecarContainer> = spec.init_containers.iter().chain(&spec.containers).collect();
     let mut with = serde_json::to_value(&all).unwrap_or_default();
-    // `upgradeStrategy: {upgradeType: ColdUpgrade}` is what leaving it out means (and
-    // what Kruise's defaulting writes into exported YAML): spelling it out must not
-    // change the hashes, or every Pod injected before would stop being updatable.
     for c in with.as_array_mut().into_iter().flatten() {
         let u = &c["upgradeStrategy"];
         let cold =
@@ -89,6 +130,23 @@ pub fn hashes(spec: &SidecarSetSpec) -> (String, String) {
         c["image"] = serde_json::Value::Null;
     }
     (sha(&with), sha(&without))
+}
+
+/// Every (hash, hash without image) a Pod at the SidecarSet's current version may
+/// carry: the set's own annotations (written by whichever controller defaulted it),
+/// Kruise's computed from the spec, and this plugin's legacy ones.
+pub fn accepted_hashes(ss: &SidecarSet) -> (Vec<String>, Vec<String>) {
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    for (h, w) in [current_hashes(ss), hashes(&ss.spec), legacy_hashes(&ss.spec)] {
+        if !with.contains(&h) {
+            with.push(h);
+        }
+        if !without.contains(&w) {
+            without.push(w);
+        }
+    }
+    (with, without)
 }
 
 /// The SidecarSet's current hashes: from its annotations (written by the defaulting
@@ -105,6 +163,10 @@ pub fn current_hashes(ss: &SidecarSet) -> (String, String) {
 mod tests {
     use super::*;
     use crate::types::SidecarContainerUpgradeStrategy;
+
+    fn c_upgrade(ss: &SidecarSet) -> Option<&str> {
+        ss.spec.containers[0].upgrade_strategy.as_ref().and_then(|u| u.upgrade_type.as_deref())
+    }
 
     #[test]
     fn defaults_and_hashes() {
@@ -127,10 +189,15 @@ mod tests {
         let (h2, w2) = hashes(&ss.spec);
         assert_ne!(h1, h2);
         assert_eq!(w1, w2, "only the image changed");
-        let mut cold = ss.spec.clone();
-        cold.containers[0].upgrade_strategy =
-            Some(SidecarContainerUpgradeStrategy { upgrade_type: Some("ColdUpgrade".into()), ..Default::default() });
-        assert_eq!(hashes(&cold), (h2.clone(), w2.clone()), "ColdUpgrade spelled out is the default");
+        let mut unspelled = ss.spec.clone();
+        unspelled.containers[0].upgrade_strategy = Some(SidecarContainerUpgradeStrategy::default());
+        assert_eq!(
+            legacy_hashes(&unspelled),
+            legacy_hashes(&ss.spec),
+            "legacy: ColdUpgrade spelled out is the default"
+        );
+        assert_eq!(c_upgrade(&ss), Some("ColdUpgrade"), "Kruise's default, spelled out");
+        assert_eq!(ss.spec.revision_history_limit, Some(10));
         let before = ss.clone();
         default(&mut ss);
         default(&mut ss);

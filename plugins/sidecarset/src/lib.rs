@@ -23,13 +23,17 @@
 //! (`resources`, with Kruise's expression language in `calc` and Kubernetes'
 //! quantities in `quantity`), and the conflicts between sets that may meet in a Pod.
 //!
+//! The `kruise.io/sidecarset-hash` values are Kruise's, byte for byte (`gojson`), so
+//! Pods injected by Kruise are rolled after a move here; hashes this plugin wrote
+//! before are still accepted (`defaults::accepted_hashes`). Defaults are Kruise's
+//! (`upgradeType: ColdUpgrade`, `revisionHistoryLimit: 10`, `patchPolicy: Retain`,
+//! the probe and fieldRef defaults its hash covers).
+//!
 //! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
-//! validation; `revisionHistoryLimit` and `customVersion` are accepted (Kruise's
-//! defaulting writes the first) but no ControllerRevision history is kept;
-//! `injectionStrategy.revision` is not in the CRD, so kubectl's strict validation
-//! refuses it; the `kruise.io/sidecarset-hash` values are computed
-//! differently from Kruise's, so Pods injected by Kruise are not rolled; a percentage
-//! too large for any integer means all Pods (Kruise's result there is undefined or 0).
+//! validation; `revisionHistoryLimit` and `customVersion` are accepted but no
+//! ControllerRevision history is kept; `injectionStrategy.revision` is not in the CRD,
+//! so kubectl's strict validation refuses it; a percentage too large for any integer
+//! means all Pods (Kruise's result there is undefined or 0).
 //! The update order is Kruise's (`order`: Kubernetes' ActivePods order, then
 //! `priorityStrategy`, then `scatterStrategy`), with ties taken by name where Kruise's
 //! unstable sort leaves them to chance.
@@ -38,6 +42,8 @@ mod calc;
 pub mod canary;
 mod controller;
 pub mod defaults;
+mod go_layout;
+pub mod gojson;
 pub mod inject;
 pub mod inplace;
 mod names;

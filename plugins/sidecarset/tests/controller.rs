@@ -417,3 +417,51 @@ fn a_rollout_does_not_stall_when_the_runtime_names_images_its_own_way() {
         "p0 restarted (new imageID) though its status names docker.io/library/busybox:1.37"
     );
 }
+
+/// Issue 19: Pods injected by Kruise (its hash format and annotation layout), or by
+/// this plugin before it wrote Kruise's hashes, are recognised and rolled in place.
+#[test]
+fn pods_injected_by_kruise_or_an_older_plugin_are_rolled() {
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"maxUnavailable": 3}), 0);
+    // The same YAML, defaulted here, hashes as Kruise hashed it (the vectors' case 0,
+    // made by Kruise's code from a Kruise-defaulted spec).
+    let vectors: Vec<Value> = serde_json::from_str(include_str!("data/kruise-hashes.json")).unwrap();
+    let ss = fake.object(&ss_key()).unwrap();
+    assert_eq!(ss["metadata"]["annotations"]["kruise.io/sidecarset-hash"], vectors[0]["hash"]);
+    assert_eq!(
+        ss["metadata"]["annotations"]["kruise.io/sidecarset-hash-without-image"],
+        vectors[0]["hashWithoutImage"]
+    );
+
+    let spec: sidecarset::SidecarSetSpec = serde_json::from_value(ss["spec"].clone()).unwrap();
+    let (legacy, legacy_wo) = sidecarset::defaults::legacy_hashes(&spec);
+    let entry = |h: &Value| {
+        json!({"s": {"updateTimestamp": "2026-01-01T00:00:00Z", "hash": h, "sidecarSetName": "s",
+                                         "sidecarList": ["log"], "controllerRevision": "s-5d4b8c"}})
+        .to_string()
+    };
+    for (name, h, w) in [
+        ("kruise", vectors[0]["hash"].clone(), vectors[0]["hashWithoutImage"].clone()),
+        ("legacy", json!(legacy), json!(legacy_wo)),
+    ] {
+        let p = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "demo", "labels": {"app": "web"},
+                         "annotations": {"kruise.io/sidecarset-hash": entry(&h), "kruise.io/sidecarset-hash-without-image": entry(&w),
+                                         "kruise.io/sidecarset-injected-list": "s"}},
+            "spec": {"containers": [{"name": "log", "image": "busybox:1.36"}, {"name": "app", "image": "nginx"}]}});
+        fake.seed(p).unwrap();
+        kubelet(&fake, name);
+    }
+    let status = reconcile(&fake);
+    assert_eq!(
+        (status["matchedPods"].as_i64(), status["updatedPods"].as_i64()),
+        (Some(2), Some(2)),
+        "both at the current version"
+    );
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    for name in ["kruise", "legacy"] {
+        assert_eq!(image_of(&fake, name), "busybox:1.37", "{name}: updatable in place (same hash without image)");
+    }
+}

@@ -510,9 +510,16 @@ fn transfer_env_reads_the_source_container_from_a_pod_label_or_annotation() {
         s["containers"][0]["transferEnv"] = json!([{"sourceContainerNameFrom": {"fieldRef": {"apiVersion": version, "fieldPath": path}}, "envName": "TZ"}]);
         sidecarset("s", s)
     };
+    // A missing apiVersion is defaulted to v1 before validation, as by Kruise's
+    // defaulting (its validator's own "required" is unreachable through the webhooks).
+    let defaulted = review(&fake, DEFAULT, Operation::Create, None, bad("metadata.labels['a']", json!(null)), None);
+    let obj = defaulted.object.unwrap();
+    assert_eq!(
+        obj["spec"]["containers"][0]["transferEnv"][0]["sourceContainerNameFrom"]["fieldRef"]["apiVersion"],
+        "v1"
+    );
     let f = "spec.containers[0].transferEnv[0].sourceContainerNameFrom.fieldRef";
     for (obj, want) in [
-        (bad("metadata.labels['a']", json!(null)), format!("{f}.apiVersion: required")),
         (bad("metadata.labels['a']", json!("v2")), format!("{f}.apiVersion: unsupported pod version")),
         (bad("spec.nodeName", json!("v1")), format!("{f}.fieldPath: unsupported value")),
         (bad("metadata.name['x']", json!("v1")), format!("{f}.fieldPath: metadata.name does not support a subscript")),
