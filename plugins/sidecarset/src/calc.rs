@@ -144,25 +144,21 @@ impl Parser<'_> {
     }
 
     fn expr(&mut self) -> Option<Val> {
-        let mut left = self.term();
-        while self.syntax.is_none() && matches!(self.tok, Tok::Char(b'+' | b'-')) {
-            let op = self.tok.clone();
-            self.advance();
-            let right = self.term();
-            left = match (left, right) {
-                (Some(a), Some(b)) => self.arith(&op, a, b),
-                _ => None,
-            };
-        }
-        left
+        self.left_assoc(b"+-", Self::term)
     }
 
     fn term(&mut self) -> Option<Val> {
-        let mut left = self.factor();
-        while self.syntax.is_none() && matches!(self.tok, Tok::Char(b'*' | b'/')) {
+        self.left_assoc(b"*/", Self::factor)
+    }
+
+    /// `operand (op operand)*` for the operators `ops`, evaluated left to right (an
+    /// operand that failed makes the result fail, as in Kruise's grammar actions).
+    fn left_assoc(&mut self, ops: &[u8], operand: fn(&mut Self) -> Option<Val>) -> Option<Val> {
+        let mut left = operand(self);
+        while self.syntax.is_none() && matches!(self.tok, Tok::Char(c) if ops.contains(&c)) {
             let op = self.tok.clone();
             self.advance();
-            let right = self.factor();
+            let right = operand(self);
             left = match (left, right) {
                 (Some(a), Some(b)) => self.arith(&op, a, b),
                 _ => None,
