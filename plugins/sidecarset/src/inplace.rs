@@ -76,6 +76,16 @@ pub fn consistent(pod: &Value, set: &str, names: &BTreeSet<&str>) -> bool {
             id.and_then(|id| id.split_once('@')).is_some_and(|(r, x)| normalize(r) == repo && x == d)
         });
     }
+    // Every sidecar reports its spec's very image: done, whatever was recorded (the
+    // common case, decided without parsing the annotation; a reconcile asks this of
+    // every matched Pod).
+    let reports_spec = |cs: &&Value| {
+        cs["name"].as_str().is_none_or(|n| !names.contains(n))
+            || spec.iter().any(|c| c["name"] == cs["name"] && c["image"] == cs["image"])
+    };
+    if statuses.iter().all(reports_spec) {
+        return true;
+    }
     let last = match states(pod) {
         None => return true,
         Some(Err(_)) => return false,

@@ -10,12 +10,14 @@
 use crate::scope;
 use crate::types::{SidecarSetUpdateStrategy, UpdatePriorityStrategy, UpdateScatterTerm};
 use serde_json::Value;
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 /// Sorts `waiting` (a subset of `all`, the SidecarSet's matched Pods) into update order.
 pub fn sort(waiting: &mut Vec<&Value>, all: &[&Value], s: &SidecarSetUpdateStrategy) {
-    waiting.sort_by(|a, b| active_pods(a, b).then_with(|| name(a).cmp(&name(b))));
+    // Keys read once per Pod, not once per comparison: a reconcile sorts every waiting
+    // Pod, and a rollout reconciles once per Pod event.
+    waiting.sort_by_cached_key(|p| (active_key(p), name(p).0.to_owned(), name(p).1.to_owned()));
     if let Some(p) = &s.priority_strategy {
         waiting.sort_by_key(|pod| priority(p, &labels(pod)));
     }
@@ -25,33 +27,33 @@ pub fn sort(waiting: &mut Vec<&Value>, all: &[&Value], s: &SidecarSetUpdateStrat
     }
 }
 
-/// Kubernetes' `controller.ActivePods` Less: unscheduled < scheduled; Pending < Unknown
-/// < Running; not Ready < Ready; Ready more recently < longer; more restarts < fewer;
-/// newer < older (a missing time sorts first).
-fn active_pods(a: &Value, b: &Value) -> Ordering {
-    let scheduled = |p: &Value| p["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
-    let phase = |p: &Value| match p["status"]["phase"].as_str() {
+/// Kubernetes' `controller.ActivePods` Less, as a key: unscheduled < scheduled;
+/// Pending < Unknown < Running; not Ready < Ready; Ready more recently < longer; more
+/// restarts < fewer; newer < older (a missing time sorts first). (Kubernetes compares
+/// ready times only between two Ready Pods: any other pair is already ordered by
+/// readiness.)
+type ActiveKey = (bool, u8, bool, (bool, Reverse<String>), Reverse<i64>, (bool, Reverse<String>));
+
+fn active_key(p: &Value) -> ActiveKey {
+    let scheduled = p["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let phase = match p["status"]["phase"].as_str() {
         Some("Unknown") => 1,
         Some("Running") => 2,
         _ => 0,
     };
-    let ready = |p: &Value| ready_since(p).is_some();
     // "Zero first, then the later one": an RFC 3339 time in UTC compares as a string.
-    let later_first = |t: Option<&str>| (t.is_some(), Reverse(t.map(str::to_owned)));
-    let ready_time =
-        |p: &Value| if ready(a) && ready(b) { later_first(ready_since(p).flatten()) } else { later_first(None) };
-    let restarts = |p: &Value| {
-        let statuses = p["status"]["containerStatuses"].as_array();
-        Reverse(statuses.into_iter().flatten().filter_map(|c| c["restartCount"].as_i64()).max().unwrap_or(0))
-    };
-    let created = |p: &Value| later_first(p["metadata"]["creationTimestamp"].as_str());
-    scheduled(a)
-        .cmp(&scheduled(b))
-        .then_with(|| phase(a).cmp(&phase(b)))
-        .then_with(|| ready(a).cmp(&ready(b)))
-        .then_with(|| ready_time(a).cmp(&ready_time(b)))
-        .then_with(|| restarts(a).cmp(&restarts(b)))
-        .then_with(|| created(a).cmp(&created(b)))
+    let later_first = |t: Option<&str>| (t.is_some(), Reverse(t.unwrap_or("").to_owned()));
+    let since = ready_since(p);
+    let statuses = p["status"]["containerStatuses"].as_array();
+    let restarts = statuses.into_iter().flatten().filter_map(|c| c["restartCount"].as_i64()).max().unwrap_or(0);
+    (
+        scheduled,
+        phase,
+        since.is_some(),
+        later_first(since.flatten()),
+        Reverse(restarts),
+        later_first(p["metadata"]["creationTimestamp"].as_str()),
+    )
 }
 
 /// Some(since) when the Pod's Ready condition is True (since: its lastTransitionTime).
