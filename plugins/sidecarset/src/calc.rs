@@ -63,7 +63,13 @@ struct Parser<'a> {
     vars: &'a BTreeMap<String, Val>,
     last_error: Option<String>,
     syntax: Option<String>,
+    /// Factors being parsed, one inside the other: bounded, so that a deeply nested
+    /// expression is an error rather than the end of the plugin's stack (Kruise's
+    /// parser keeps its stack on the heap).
+    depth: usize,
 }
+
+const MAX_DEPTH: usize = 100;
 
 impl Parser<'_> {
     fn advance(&mut self) {
@@ -168,6 +174,17 @@ impl Parser<'_> {
     }
 
     fn factor(&mut self) -> Option<Val> {
+        if self.depth == MAX_DEPTH {
+            self.syntax = Some(format!("parse error: the expression nests deeper than {MAX_DEPTH}"));
+            return None;
+        }
+        self.depth += 1;
+        let v = self.nested_factor();
+        self.depth -= 1;
+        v
+    }
+
+    fn nested_factor(&mut self) -> Option<Val> {
         match std::mem::replace(&mut self.tok, Tok::End) {
             Tok::Num(t) => {
                 self.advance();
@@ -279,7 +296,7 @@ impl Parser<'_> {
 
 /// Evaluates `expr` with `vars` (keys lower-case). Err: Kruise's message.
 pub fn eval(expr: &str, vars: &BTreeMap<String, Val>) -> Result<Val, String> {
-    let mut p = Parser { src: expr.as_bytes(), pos: 0, tok: Tok::End, vars, last_error: None, syntax: None };
+    let mut p = Parser { src: expr.as_bytes(), pos: 0, tok: Tok::End, vars, last_error: None, syntax: None, depth: 0 };
     p.advance();
     let v = p.expr();
     if p.syntax.is_none() && p.tok != Tok::End {

@@ -193,3 +193,11 @@ fn errors_name_the_cause() {
     }
     assert!(with(&[("cpu", "50m")], "cpu - 100m").unwrap_err().contains("negative"));
 }
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let deep = format!("{}1{}", "(".repeat(50_000), ")".repeat(50_000));
+    assert!(err(&deep).contains("nests deeper than 100"), "parentheses");
+    assert!(err(&format!("{}1", "-".repeat(50_000))).contains("nests deeper"), "unary minus");
+    assert_eq!(ok(&format!("{}1{}", "(".repeat(50), ")".repeat(50))), "1", "ordinary nesting still parses");
+}

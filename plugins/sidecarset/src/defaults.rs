@@ -15,11 +15,27 @@ pub const AFTER_APP: &str = "AfterAppContainer";
 pub const ROLLING_UPDATE: &str = "RollingUpdate";
 pub const NOT_UPDATE: &str = "NotUpdate";
 
+/// Sets `o` to `v` when it is unset or empty: Go's defaulting (Kubernetes' and
+/// Kruise's) cannot tell an empty string from a missing one, and the hashes must agree.
+fn fill<'a>(o: &'a mut Option<String>, v: &str) -> &'a mut String {
+    if o.as_deref().is_none_or(str::is_empty) {
+        *o = Some(v.to_owned());
+    }
+    o.as_mut().expect("just set")
+}
+
+/// [`fill`] for a number, where 0 is Go's unset.
+fn fill_n(o: &mut Option<i32>, v: i32) {
+    if o.is_none_or(|n| n == 0) {
+        *o = Some(v);
+    }
+}
+
 /// Fills every default in place (idempotent).
 pub fn default(ss: &mut SidecarSet) {
     let spec = &mut ss.spec;
     let u = &mut spec.update_strategy;
-    let ty = u.type_.get_or_insert_with(|| ROLLING_UPDATE.into());
+    let ty = fill(&mut u.type_, ROLLING_UPDATE);
     if ty == ROLLING_UPDATE {
         u.max_unavailable.get_or_insert(IntOrString::Int(1));
         u.partition.get_or_insert(IntOrString::Int(0));
@@ -32,7 +48,7 @@ pub fn default(ss: &mut SidecarSet) {
     }
     spec.revision_history_limit.get_or_insert(10);
     for p in &mut spec.patch_pod_metadata {
-        p.patch_policy.get_or_insert_with(|| "Retain".into());
+        fill(&mut p.patch_policy, "Retain");
     }
     let (h, w) = hashes(spec);
     let a = ss.metadata.annotations.get_or_insert_with(Default::default);
@@ -41,14 +57,14 @@ pub fn default(ss: &mut SidecarSet) {
 }
 
 fn default_container(c: &mut SidecarContainer, policy: &str) {
-    c.pod_inject_policy.get_or_insert_with(|| policy.into());
+    fill(&mut c.pod_inject_policy, policy);
     let share = c.share_volume_policy.get_or_insert_with(Default::default);
-    share.type_.get_or_insert_with(|| "disabled".into());
+    fill(&mut share.type_, "disabled");
     let upgrade = c.upgrade_strategy.get_or_insert_with(Default::default);
-    upgrade.upgrade_type.get_or_insert_with(|| "ColdUpgrade".into());
+    fill(&mut upgrade.upgrade_type, "ColdUpgrade");
     for t in &mut c.transfer_env {
         if let Some(r) = t.source_container_name_from.as_mut().and_then(|f| f.field_ref.as_mut()) {
-            r.api_version.get_or_insert_with(|| "v1".into());
+            fill(&mut r.api_version, "v1");
         }
     }
     // Kruise's CRD default; an explicit "" stays, and validation refuses it.
@@ -57,35 +73,35 @@ fn default_container(c: &mut SidecarContainer, policy: &str) {
     }
     let k = &mut c.container;
     // The kubelet's defaults for a Container, so the stored SidecarSet shows what Pods get.
-    if k.image_pull_policy.is_none() {
+    if k.image_pull_policy.as_deref().is_none_or(str::is_empty) {
         let image = k.image.as_deref().unwrap_or("");
         let tag = image.rsplit('/').next().unwrap_or("").split_once(':').map(|(_, t)| t);
         let latest = !image.contains('@') && matches!(tag, None | Some("latest"));
         k.image_pull_policy = Some(if latest { "Always" } else { "IfNotPresent" }.into());
     }
-    k.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
-    k.termination_message_policy.get_or_insert_with(|| "File".into());
+    fill(&mut k.termination_message_path, "/dev/termination-log");
+    fill(&mut k.termination_message_policy, "File");
     for p in k.ports.iter_mut().flatten() {
-        p.protocol.get_or_insert_with(|| "TCP".into());
+        fill(&mut p.protocol, "TCP");
     }
     // The rest of Kruise's setDefaultContainer (Kubernetes' own defaults, which Kruise
     // applies to these probes and handlers only): the hashes cover them.
     for e in k.env.iter_mut().flatten() {
         if let Some(r) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
-            r.api_version.get_or_insert_with(|| "v1".into());
+            fill(&mut r.api_version, "v1");
         }
     }
     let http = |h: &mut Option<k8s_openapi::api::core::v1::HTTPGetAction>| {
         if let Some(h) = h {
-            h.path.get_or_insert_with(|| "/".into());
-            h.scheme.get_or_insert_with(|| "HTTP".into());
+            fill(&mut h.path, "/");
+            fill(&mut h.scheme, "HTTP");
         }
     };
     for p in [&mut k.liveness_probe, &mut k.readiness_probe].into_iter().flatten() {
-        p.timeout_seconds.get_or_insert(1);
-        p.period_seconds.get_or_insert(10);
-        p.success_threshold.get_or_insert(1);
-        p.failure_threshold.get_or_insert(3);
+        fill_n(&mut p.timeout_seconds, 1);
+        fill_n(&mut p.period_seconds, 10);
+        fill_n(&mut p.success_threshold, 1);
+        fill_n(&mut p.failure_threshold, 3);
         http(&mut p.http_get);
     }
     if let Some(l) = &mut k.lifecycle {
@@ -132,13 +148,64 @@ pub fn legacy_hashes(spec: &SidecarSetSpec) -> (String, String) {
     (sha(&with), sha(&without))
 }
 
+/// `spec` without the defaults this plugin added when it began to hash as Kruise
+/// (probe, httpGet and fieldRef defaults), where they hold their default value: a
+/// SidecarSet defaulted since then still yields the legacy hashes its older Pods carry
+/// (an explicitly written default yields them unstripped, hence both are accepted).
+fn without_new_defaults(spec: &SidecarSetSpec) -> SidecarSetSpec {
+    let mut spec = spec.clone();
+    let drop = |o: &mut Option<String>, v: &str| {
+        if o.as_deref() == Some(v) {
+            *o = None;
+        }
+    };
+    let drop_n = |o: &mut Option<i32>, v: i32| {
+        if *o == Some(v) {
+            *o = None;
+        }
+    };
+    for c in spec.containers.iter_mut().chain(&mut spec.init_containers) {
+        for t in &mut c.transfer_env {
+            if let Some(r) = t.source_container_name_from.as_mut().and_then(|f| f.field_ref.as_mut()) {
+                drop(&mut r.api_version, "v1");
+            }
+        }
+        let k = &mut c.container;
+        for e in k.env.iter_mut().flatten() {
+            if let Some(r) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
+                drop(&mut r.api_version, "v1");
+            }
+        }
+        let http = |h: &mut Option<k8s_openapi::api::core::v1::HTTPGetAction>| {
+            if let Some(h) = h {
+                drop(&mut h.path, "/");
+                drop(&mut h.scheme, "HTTP");
+            }
+        };
+        for p in [&mut k.liveness_probe, &mut k.readiness_probe].into_iter().flatten() {
+            drop_n(&mut p.timeout_seconds, 1);
+            drop_n(&mut p.period_seconds, 10);
+            drop_n(&mut p.success_threshold, 1);
+            drop_n(&mut p.failure_threshold, 3);
+            http(&mut p.http_get);
+        }
+        if let Some(l) = &mut k.lifecycle {
+            for h in [&mut l.post_start, &mut l.pre_stop].into_iter().flatten() {
+                http(&mut h.http_get);
+            }
+        }
+    }
+    spec
+}
+
 /// Every (hash, hash without image) a Pod at the SidecarSet's current version may
 /// carry: the set's own annotations (written by whichever controller defaulted it),
 /// Kruise's computed from the spec, and this plugin's legacy ones.
 pub fn accepted_hashes(ss: &SidecarSet) -> (Vec<String>, Vec<String>) {
     let mut with = Vec::new();
     let mut without = Vec::new();
-    for (h, w) in [current_hashes(ss), hashes(&ss.spec), legacy_hashes(&ss.spec)] {
+    let older = [legacy_hashes(&ss.spec), legacy_hashes(&without_new_defaults(&ss.spec))];
+    for (h, w) in [current_hashes(ss), hashes(&ss.spec)].into_iter().chain(older) {
         if !with.contains(&h) {
             with.push(h);
         }

@@ -102,8 +102,14 @@ pub fn consistent(pod: &Value, set: &str, names: &BTreeSet<&str>) -> bool {
 }
 
 /// A repository as the Docker reference grammar normalizes it (`busybox` →
-/// `docker.io/library/busybox`).
+/// `docker.io/library/busybox`), without a tag (`busybox:1.37@sha256:…` is pinned by
+/// its digest; a registry's `host:port` stays).
 fn normalize(repo: &str) -> String {
+    let last = repo.rfind('/').map_or(0, |i| i + 1);
+    let repo = match repo[last..].find(':') {
+        Some(i) => &repo[..last + i],
+        None => repo,
+    };
     let first = repo.split('/').next().unwrap_or("");
     let has_domain = repo.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
     match (has_domain, repo.contains('/')) {
@@ -156,5 +162,9 @@ mod tests {
         assert!(!consistent(&p, "s", &names));
         assert_eq!(normalize("quay.io/x/y"), "quay.io/x/y");
         assert_eq!(normalize("x/y"), "docker.io/x/y");
+        assert_eq!(normalize("localhost:5000/x:1"), "localhost:5000/x");
+        let tagged =
+            pod("busybox:1.37@sha256:bbb", "busybox", "docker-pullable://docker.io/library/busybox@sha256:bbb");
+        assert!(consistent(&tagged, "s", &names), "a tag beside the digest is not part of the repository");
     }
 }

@@ -59,11 +59,16 @@ impl Quantity {
         } else if suffix.is_empty() {
             Format::DecimalSI
         } else if let Some(e) = suffix.strip_prefix(['e', 'E']) {
-            scale += e.parse::<i32>().map_err(|_| SYNTAX.to_owned())?;
+            scale = e.parse::<i32>().ok().and_then(|e| scale.checked_add(e)).ok_or(SYNTAX)?;
             Format::DecimalExponent
         } else {
             return Err(SYNTAX.into());
         };
+        // Kubernetes holds no quantity anywhere near 10^±1000; bounding the exponent
+        // keeps every later step's arithmetic in range.
+        if !(-1000..=1000).contains(&scale) {
+            return Err("quantity out of range".into());
+        }
         Ok(Quantity { mantissa: if negative { -mantissa } else { mantissa }, scale, format }.normal())
     }
 
@@ -99,7 +104,10 @@ impl Quantity {
     /// Both mantissas at the smaller scale (None: past i128).
     fn aligned(&self, other: &Quantity) -> Option<(i128, i128, i32)> {
         let s = self.scale.min(other.scale);
-        let up = |q: &Quantity| 10i128.checked_pow((q.scale - s) as u32).and_then(|f| q.mantissa.checked_mul(f));
+        let up = |q: &Quantity| {
+            let e = u32::try_from(i64::from(q.scale) - i64::from(s)).ok()?;
+            10i128.checked_pow(e).and_then(|f| q.mantissa.checked_mul(f))
+        };
         Some((up(self)?, up(other)?, s))
     }
 
@@ -124,7 +132,7 @@ impl Quantity {
 
     /// `MilliValue`: the value in thousandths, rounded up.
     pub fn milli_value(&self) -> i64 {
-        let s = self.scale + 3;
+        let s = self.scale.saturating_add(3);
         let v = if s >= 0 {
             10i128.checked_pow(s as u32).and_then(|f| self.mantissa.checked_mul(f)).unwrap_or(i128::MAX)
         } else {
@@ -166,7 +174,8 @@ impl fmt::Display for Quantity {
         // Lower the exponent to a multiple of 3 (the mantissa has no trailing zeros).
         let (mut m, mut e) = (self.mantissa, self.scale);
         while e.rem_euclid(3) != 0 {
-            m *= 10;
+            let Some(n) = m.checked_mul(10) else { return write!(f, "{}e{}", self.mantissa, self.scale) };
+            m = n;
             e -= 1;
         }
         let si = DECIMAL.iter().find(|(_, x)| *x == e).map(|(s, _)| *s);
@@ -209,7 +218,7 @@ mod tests {
         ] {
             assert_eq!(q(input).to_string(), want, "{input}");
         }
-        for bad in ["", "m", "1.2.3", "10x", "1Mix", "--1"] {
+        for bad in ["", "m", "1.2.3", "10x", "1Mix", "--1", "10e2147483647", "1.5e-2147483648", "1e1001"] {
             assert!(Quantity::parse(bad).is_err(), "{bad}");
         }
     }

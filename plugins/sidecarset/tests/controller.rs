@@ -465,3 +465,39 @@ fn pods_injected_by_kruise_or_an_older_plugin_are_rolled() {
         assert_eq!(image_of(&fake, name), "busybox:1.37", "{name}: updatable in place (same hash without image)");
     }
 }
+
+/// Review finding: a Pod the older plugin injected carries hashes of the spec as that
+/// plugin defaulted it — without the probe and fieldRef defaults added since. After
+/// the set is defaulted again (any update goes through the webhook), the Pod must
+/// still be updatable in place.
+#[test]
+fn pods_injected_before_the_new_defaults_stay_updatable() {
+    let fake = FakeCluster::new();
+    let container = json!({"name": "log", "image": "busybox:1.36",
+        "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "readinessProbe": {"httpGet": {"port": 8080}}});
+    let ss = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "containers": [container.clone()]}});
+    fake.seed(admit(&fake, DEFAULT, None, ss)).unwrap();
+    // The spec as the older plugin stored it: its own defaults only.
+    let mut old = container;
+    old["imagePullPolicy"] = json!("IfNotPresent");
+    old["terminationMessagePath"] = json!("/dev/termination-log");
+    old["terminationMessagePolicy"] = json!("File");
+    old["podInjectPolicy"] = json!("BeforeAppContainer");
+    old["shareVolumePolicy"] = json!({"type": "disabled"});
+    let old_spec: sidecarset::SidecarSetSpec = serde_json::from_value(json!({"containers": [old]})).unwrap();
+    let (h, w) = sidecarset::defaults::legacy_hashes(&old_spec);
+    let entry = |h: &str| json!({"s": {"hash": h, "sidecarSetName": "s", "sidecarList": ["log"]}}).to_string();
+    let p = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "older", "namespace": "demo", "labels": {"app": "web"},
+                     "annotations": {"kruise.io/sidecarset-hash": entry(&h), "kruise.io/sidecarset-hash-without-image": entry(&w),
+                                     "kruise.io/sidecarset-injected-list": "s"}},
+        "spec": {"containers": [{"name": "log", "image": "busybox:1.36"}, {"name": "app", "image": "nginx"}]}});
+    fake.seed(p).unwrap();
+    kubelet(&fake, "older");
+    assert_eq!(reconcile(&fake)["updatedPods"], 1, "current before the image change");
+    change_image(&fake, "busybox:1.37");
+    reconcile(&fake);
+    assert_eq!(image_of(&fake, "older"), "busybox:1.37");
+}
