@@ -497,3 +497,5 @@ pub mod memcached {
         })
     }
 }
+
+pub mod sidecarset;

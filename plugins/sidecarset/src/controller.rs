@@ -23,11 +23,11 @@
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, accepted_hashes, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
 use crate::types::{SidecarSet, SidecarSetStatus};
-use crate::{inplace, order, scope, upgradable};
+use crate::{hot, inplace, order, scope, upgradable};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use wasmop_sdk::{
     Action, ClusterExt, Context, KindRef, ListParams, Manifest, Mapping, ObjectRef, ReconcileError, Reconciler,
     Request, Verb,
@@ -85,12 +85,15 @@ impl Reconciler for SidecarSetController {
             })
             .collect();
         let updated = |p: &Value| pod_hash(p, HASH, &name).is_some_and(|h| hashes.contains(&h));
+        // As Kruise's calculateStatus: Ready, its sidecars running what the spec says,
+        // and no hot upgrade half done.
+        let available = |p: &Value| ready(p) && !restarting(p, &ss) && !hot::upgrading(p, &ss);
         let status = SidecarSetStatus {
             observed_generation: ss.metadata.generation,
             matched_pods: matched.len() as i32,
             updated_pods: matched.iter().filter(|p| updated(p)).count() as i32,
-            ready_pods: matched.iter().filter(|p| ready(p)).count() as i32,
-            updated_ready_pods: matched.iter().filter(|p| updated(p) && ready(p)).count() as i32,
+            ready_pods: matched.iter().filter(|p| available(p)).count() as i32,
+            updated_ready_pods: matched.iter().filter(|p| updated(p) && available(p)).count() as i32,
         };
         if ss.status.as_ref() != Some(&status) {
             let mut next = ss.clone();
@@ -102,13 +105,17 @@ impl Reconciler for SidecarSetController {
         if s.type_.as_deref() == Some(NOT_UPDATE) || s.paused {
             return Ok(Action::done());
         }
+        // A hot upgrade finishes before anything else moves (Kruise's order).
+        if flip_finished(ctx, req, &ss, &matched)? {
+            return Ok(Action::done());
+        }
         let total = matched.len() as i32;
         let max_unavailable =
             s.max_unavailable.as_ref().map_or(1, |v| scaled(v, total, true).clamp(0, i64::from(total)));
         // Only Pods already updated and not (yet) available again count against
         // maxUnavailable, so 0 updates no Ready Pod, and a Pod that was unavailable
         // anyway costs nothing.
-        let mut unavailable = matched.iter().filter(|p| updated(p) && (!ready(p) || restarting(p, &ss))).count() as i64;
+        let mut unavailable = matched.iter().filter(|p| updated(p) && !available(p)).count() as i64;
         // Pods waiting for this version (not updated, picked by the update selector);
         // of those, the ones whose sidecars changed beyond their images cannot be
         // updated in place (Kruise's IsSidecarSetUpgradable) and are only marked so.
@@ -141,7 +148,9 @@ impl Reconciler for SidecarSetController {
         }
         // Not-ready Pods first (updating them costs no availability), then Kruise's
         // order, priority and scatter rules (`order`).
-        let mut candidates: Vec<&Value> = candidates.into_iter().copied().collect();
+        // As Kruise's IsSidecarSetUpgradable: a Pod with a sidecar still restarting from
+        // the last update waits for it.
+        let mut candidates: Vec<&Value> = candidates.into_iter().copied().filter(|p| !mid_update(p, &ss)).collect();
         order::sort(&mut candidates, &matched, s);
         // As Kruise's calculateUpgradeCount: the partition is how many of the Pods
         // waiting for this version keep the old one, the last in that order.
@@ -172,7 +181,7 @@ impl Reconciler for SidecarSetController {
             };
             writes += usize::from(written.is_some());
             let mut pod = written.unwrap_or_else(|| (*p).clone());
-            let changed = set_images(&mut pod, &ss);
+            let changed = set_images(&mut pod, &ss, &name);
             inplace::record(&mut pod, &name, &hash, &changed, &now);
             set_pod_hash(&mut pod, HASH, &name, &hash);
             // As Kruise's updatePodSidecarAndHash: patchPodMetadata applies again.
@@ -268,7 +277,7 @@ fn active(p: &Value) -> bool {
 /// container.
 fn consistent(p: &Value, ss: &SidecarSet) -> bool {
     let has = |n: &str| p["spec"]["containers"].as_array().is_some_and(|cs| cs.iter().any(|c| c["name"] == n));
-    ss.spec.containers.iter().all(|c| has(&c.container.name))
+    ss.spec.containers.iter().all(|c| if hot::is_hot(c) { hot::has_pair(p, c) } else { has(&c.container.name) })
 }
 
 fn ready(p: &Value) -> bool {
@@ -278,24 +287,91 @@ fn ready(p: &Value) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-/// A sidecar of `ss` not yet running what the Pod's spec says (`inplace`).
+/// A sidecar of `ss` (both of a hot-upgraded pair) not yet running what the Pod's
+/// spec says (`inplace`).
 fn restarting(p: &Value, ss: &SidecarSet) -> bool {
-    let names = ss.spec.containers.iter().map(|c| c.container.name.as_str()).collect();
-    !inplace::consistent(p, ss.metadata.name.as_deref().unwrap_or(""), &names)
+    let names = hot::names_in_pod(ss);
+    !inplace::consistent(p, ss.metadata.name.as_deref().unwrap_or(""), &names.iter().map(String::as_str).collect())
 }
 
-/// Sets the images of this SidecarSet's containers in the Pod's spec; the names of
-/// those whose image changed.
-fn set_images(pod: &mut Value, ss: &SidecarSet) -> Vec<String> {
+/// A sidecar that reports ready while it does not yet run what the spec says: an
+/// update is under way (Kruise's `IsSidecarSetUpgradable` "not consistent").
+fn mid_update(p: &Value, ss: &SidecarSet) -> bool {
+    let set = ss.metadata.name.as_deref().unwrap_or("");
+    let statuses = p["status"]["containerStatuses"].as_array().into_iter().flatten();
+    let ready: Vec<&str> = statuses.filter(|s| s["ready"] == true).filter_map(|s| s["name"].as_str()).collect();
+    hot::names_in_pod(ss)
+        .iter()
+        .any(|n| ready.contains(&n.as_str()) && !inplace::consistent(p, set, &BTreeSet::from([n.as_str()])))
+}
+
+/// Sets the images of this SidecarSet's containers in the Pod's spec (for a
+/// hot-upgraded sidecar, into the idle one of its pair: `hot::upgrade`); the names of
+/// the containers whose image changed.
+fn set_images(pod: &mut Value, ss: &SidecarSet, set: &str) -> Vec<String> {
+    let version = ss.metadata.resource_version.as_deref().unwrap_or("");
     let mut changed = Vec::new();
-    for c in pod["spec"]["containers"].as_array_mut().into_iter().flatten() {
-        if let Some(sc) = ss.spec.containers.iter().find(|sc| c["name"] == sc.container.name.as_str()) {
-            let image = serde_json::json!(sc.container.image);
-            if c["image"] != image {
-                changed.push(sc.container.name.clone());
-                c["image"] = image;
-            }
+    for sc in &ss.spec.containers {
+        if hot::is_hot(sc) {
+            changed.extend(hot::upgrade(pod, sc, set, version));
+            continue;
+        }
+        let Some(c) = pod["spec"]["containers"]
+            .as_array_mut()
+            .and_then(|cs| cs.iter_mut().find(|c| c["name"] == sc.container.name.as_str()))
+        else {
+            continue;
+        };
+        let image = serde_json::json!(sc.container.image);
+        if c["image"] != image {
+            changed.push(sc.container.name.clone());
+            c["image"] = image;
         }
     }
     changed
+}
+
+/// Kruise's step 5: Pods whose hot upgrade runs (the new container consistent, the
+/// Pod ready but for the idle containers) get the old one of each pair set to the
+/// empty image. True when some Pod was written: the rollout goes on after their
+/// events, as in Kruise.
+fn flip_finished(
+    ctx: &Context<'_>,
+    req: &Request,
+    ss: &SidecarSet,
+    matched: &[&Value],
+) -> Result<bool, ReconcileError> {
+    if !ss.spec.containers.iter().any(hot::is_hot) {
+        return Ok(false);
+    }
+    let set = ss.metadata.name.as_deref().unwrap_or("");
+    let (hash, _) = current_hashes(ss);
+    let now = upgradable::now();
+    let mut done = Vec::new();
+    for p in matched {
+        if done.len() == WRITES_PER_RECONCILE {
+            break;
+        }
+        let idle = hot::idle(p, ss);
+        let all = hot::names_in_pod(ss);
+        let running: BTreeSet<&str> = all.iter().filter(|n| !idle.contains(*n)).map(String::as_str).collect();
+        if !hot::upgrading(p, ss) || !inplace::consistent(p, set, &running) || !hot::ready_to_flip(p, ss, ready(p)) {
+            continue;
+        }
+        let mut pod = (*p).clone();
+        let changed = hot::flip(&mut pod, ss);
+        inplace::record(&mut pod, set, &hash, &changed, &now);
+        ctx.update(&pod)?;
+        let who = ObjectRef::of_json(&pod).unwrap_or_else(|| req.object.clone());
+        done.push(format!("{}/{}", who.namespace.unwrap_or_default(), who.name));
+    }
+    if !done.is_empty() {
+        let msg = format!(
+            "reset the idle sidecar of a hot upgrade to the empty image in {} Pod(s): {}",
+            done.len(),
+            done.join(", ")
+        );
+        ctx.event(&req.object, "ResetContainerSucceed", &msg);
+    }
+    Ok(!done.is_empty())
 }

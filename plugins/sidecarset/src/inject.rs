@@ -81,29 +81,32 @@ fn place(mut app: Vec<Value>, sidecars: Vec<(bool, Value)>) -> Vec<Value> {
     before.into_iter().chain(app).chain(after).collect()
 }
 
-/// The sidecars of `list` for a Pod whose app containers are `app`, each with whether
-/// it goes after the app (without a policy: `after`, Kruise's default for the kind).
+/// The sidecars of `list` (the set's init containers when `init`) for a Pod, each with
+/// whether it goes after the app (without a policy: init containers after the Pod's
+/// own, containers before, Kruise's defaults).
 /// `targets`: the containers a resourcesPolicy reads (`resources::candidates`).
 fn sidecars(
     list: &[SidecarContainer],
     pod: &Value,
     labels: &Value,
-    after: bool,
+    init: bool,
     targets: &[&Value],
 ) -> Result<Vec<(bool, Value)>, String> {
-    let goes_after = |c: &SidecarContainer| c.pod_inject_policy.as_deref().map_or(after, |p| p == AFTER_APP);
+    let goes_after = |c: &SidecarContainer| c.pod_inject_policy.as_deref().map_or(init, |p| p == AFTER_APP);
     let app = pod["spec"]["containers"].as_array().map_or(&[][..], Vec::as_slice);
     let annotations = &pod["metadata"]["annotations"];
-    list.iter()
-        .map(|c| {
-            let mut v = sidecar(c, app, labels, annotations);
-            if let Some(p) = &c.resources_policy {
-                v["resources"] = crate::resources::compute(p, targets)
-                    .map_err(|e| format!("container {}: resourcesPolicy: {e}", c.container.name))?;
-            }
-            Ok((goes_after(c), v))
-        })
-        .collect()
+    let mut out = Vec::new();
+    for c in list {
+        let mut v = sidecar(c, app, labels, annotations);
+        if let Some(p) = &c.resources_policy {
+            v["resources"] = crate::resources::compute(p, targets)
+                .map_err(|e| format!("container {}: resourcesPolicy: {e}", c.container.name))?;
+        }
+        // A hot-upgraded sidecar goes in as its pair (`hot`).
+        let native = !init || c.container.restart_policy.as_deref() == Some("Always");
+        out.extend(crate::hot::expand(v, c, native).into_iter().map(|v| (goes_after(c), v)));
+    }
+    Ok(out)
 }
 
 fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
@@ -158,12 +161,15 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
     for (ss, (cs, is)) in sets.iter().zip(built) {
         let name = ss.metadata.name.clone().unwrap_or_default();
         // As Kruise: the containers and the native-sidecar init containers (restartPolicy
-        // Always: the only init containers an in-place update may touch), sorted.
-        let native = |v: &Value| v["restartPolicy"] == "Always";
-        let list: BTreeSet<String> = cs
+        // Always: the only init containers an in-place update may touch), sorted, by
+        // their names in the set (a hot-upgraded pair is listed once).
+        let native = |c: &&SidecarContainer| c.container.restart_policy.as_deref() == Some("Always");
+        let list: BTreeSet<&str> = ss
+            .spec
+            .containers
             .iter()
-            .chain(is.iter().filter(|(_, v)| native(v)))
-            .filter_map(|(_, v)| v["name"].as_str().map(str::to_owned))
+            .chain(ss.spec.init_containers.iter().filter(native))
+            .map(|c| c.container.name.as_str())
             .collect();
         // Volumes a sidecar mounts or uses as a block device.
         let mounted: Vec<String> = cs
@@ -189,6 +195,7 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
                 secrets.push(v);
             }
         }
+        crate::hot::annotate(&mut annotations, ss);
         crate::patch::apply(&mut annotations, &ss.spec.patch_pod_metadata)
             .map_err(|e| format!("SidecarSet {name}: spec.patchPodMetadata: {e}"))?;
         let (h, w) = current_hashes(ss);

@@ -29,8 +29,9 @@
 //! (`upgradeType: ColdUpgrade`, `revisionHistoryLimit: 10`, `patchPolicy: Retain`,
 //! the probe and fieldRef defaults its hash covers).
 //!
-//! Not (yet) as Kruise, and said rather than ignored: HotUpgrade is refused by
-//! validation; `revisionHistoryLimit` and `customVersion` are accepted but no
+//! HotUpgrade sidecars run as Kruise's container pair (`hot`).
+//!
+//! Not (yet) as Kruise, and said rather than ignored: `revisionHistoryLimit` and `customVersion` are accepted but no
 //! ControllerRevision history is kept; `injectionStrategy.revision` is not in the CRD,
 //! so kubectl's strict validation refuses it; a percentage too large for any integer
 //! means all Pods (Kruise's result there is undefined or 0).
@@ -44,6 +45,7 @@ mod controller;
 pub mod defaults;
 mod go_layout;
 pub mod gojson;
+pub mod hot;
 pub mod inject;
 pub mod inplace;
 mod names;

@@ -94,8 +94,8 @@ pub struct SidecarContainer {
     /// (see `resources`); exclusive with the sidecar's own `resources`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources_policy: Option<ResourcesPolicy>,
-    /// How the sidecar is upgraded: ColdUpgrade (restart in place with the new image).
-    /// Kruise's HotUpgrade is refused by validation, not silently ignored.
+    /// How the sidecar is upgraded: ColdUpgrade (restart in place with the new image) or
+    /// HotUpgrade (a pair of containers that take turns, see `hot`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_strategy: Option<SidecarContainerUpgradeStrategy>,
 }
@@ -103,10 +103,11 @@ pub struct SidecarContainer {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SidecarContainerUpgradeStrategy {
-    /// ColdUpgrade (what Kruise defaults to, and the only one supported here) or HotUpgrade.
+    /// ColdUpgrade (Kruise's default) or HotUpgrade; immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_type: Option<String>,
-    /// The empty image of a HotUpgrade pair (HotUpgrade is not supported here).
+    /// With HotUpgrade, required: the image the idle container of the pair runs (the
+    /// sidecar's command and probes, doing no work).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hot_upgrade_empty_image: Option<String>,
 }

@@ -88,9 +88,7 @@ fn containers(
         one_of(&format!("{f}.shareVolumeDevicePolicy.type"), devices, &["enabled", "disabled"], errs);
         match c.upgrade_strategy.as_ref().and_then(|u| u.upgrade_type.as_deref()) {
             None | Some("ColdUpgrade") => {}
-            Some("HotUpgrade") => errs.push(format!(
-                "{f}.upgradeStrategy.upgradeType: HotUpgrade is not supported by this SidecarSet plugin; use ColdUpgrade (restart in place)"
-            )),
+            Some(crate::hot::HOT_UPGRADE) => hot(&f, c, seen, errs),
             Some(other) => errs.push(format!(
                 "{f}.upgradeStrategy.upgradeType: unsupported value {other:?}, must be one of ColdUpgrade, HotUpgrade"
             )),
@@ -109,6 +107,46 @@ fn containers(
             if !volumes.contains(m.name.as_str()) {
                 errs.push(format!("{f}.volumeMounts[{j}].name: volume {:?} is not declared in spec.volumes", m.name));
             }
+        }
+    }
+}
+
+/// A HotUpgrade sidecar: it needs its empty image (Kruise accepts none, and then every
+/// Pod it is injected into is refused for a container without an image), and its pair's
+/// names (`hot`) must be free and valid.
+fn hot(f: &str, c: &SidecarContainer, seen: &mut BTreeSet<String>, errs: &mut Vec<String>) {
+    let empty = c.upgrade_strategy.as_ref().and_then(|u| u.hot_upgrade_empty_image.as_deref()).unwrap_or("");
+    if empty.trim().is_empty() {
+        errs.push(format!(
+            "{f}.upgradeStrategy.hotUpgradeEmptyImage: required with upgradeType HotUpgrade (the image the idle container of the pair runs)"
+        ));
+    }
+    let (a, b) = crate::hot::pair_names(&c.container.name);
+    for n in [a, b] {
+        if !dns1123_label(&n) {
+            errs.push(format!(
+                "{f}.name: HotUpgrade runs it as {n:?}, which must be a DNS-1123 label (at most 63 characters)"
+            ));
+        } else if !seen.insert(n.clone()) {
+            errs.push(format!(
+                "{f}.name: HotUpgrade runs it as {n:?}, a name another container of this SidecarSet uses"
+            ));
+        }
+    }
+}
+
+/// Kruise's `validateSidecarContainerConflict`: a container's upgradeType cannot
+/// change on update (a Pod's pair, or its lack, cannot be changed in place).
+fn upgrade_type_kept(ss: &SidecarSet, old: &SidecarSet, errs: &mut Vec<String>) {
+    let kind =
+        |c: &SidecarContainer| c.upgrade_strategy.as_ref().and_then(|u| u.upgrade_type.clone()).unwrap_or_default();
+    for (i, c) in ss.spec.containers.iter().enumerate() {
+        let was = old.spec.containers.iter().find(|o| o.container.name == c.container.name).map(kind);
+        if let Some(was) = was.filter(|w| !w.is_empty() && *w != kind(c)) {
+            errs.push(format!(
+                "spec.containers[{i}].upgradeStrategy.upgradeType: container {} upgradeType is immutable (was {was})",
+                c.container.name
+            ));
         }
     }
 }
@@ -251,6 +289,7 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
         }
     }
     if let Some(old) = old {
+        upgrade_type_kept(ss, old, &mut errs);
         let before = names(old);
         let added: Vec<&str> = names(ss).into_iter().filter(|n| !before.contains(n)).collect();
         if !added.is_empty() {

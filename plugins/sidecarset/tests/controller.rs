@@ -1,27 +1,16 @@
 //! Status counts and the in-place rolling update against the SDK's fake cluster.
 
+mod common;
+
+use common::{admit, kubelet, pod_kind};
 use serde_json::{Value, json};
 use sidecarset::webhooks::{DEFAULT, INJECT};
-use sidecarset::{SidecarSet, SidecarSetController, SidecarSetWebhooks};
+use sidecarset::{SidecarSet, SidecarSetController};
 use wasmop_sdk::fake::FakeCluster;
-use wasmop_sdk::{AdmissionRequest, Context, KindRef, ObjectRef, Operation, Reconciler, Request, Webhooks};
+use wasmop_sdk::{Context, KindRef, ObjectRef, Reconciler, Request};
 
 fn ss_key() -> ObjectRef {
     ObjectRef::new(&KindRef::of::<SidecarSet>(), None, "s")
-}
-
-fn pod_kind() -> KindRef {
-    KindRef::new("v1", "Pod")
-}
-
-fn admit(fake: &FakeCluster, handler: &str, ns: Option<&str>, obj: Value) -> Value {
-    let req = AdmissionRequest {
-        operation: Operation::Create,
-        namespace: ns.map(Into::into),
-        object: Some(obj.clone()),
-        ..Default::default()
-    };
-    SidecarSetWebhooks::review(&Context::new(fake), handler, "", &req).apply(&obj).unwrap()
 }
 
 fn setup(fake: &FakeCluster, strategy: Value, pods: usize) {
@@ -35,15 +24,6 @@ fn setup(fake: &FakeCluster, strategy: Value, pods: usize) {
         let p = admit(fake, INJECT, Some("demo"), p);
         fake.seed(p).unwrap();
     }
-}
-
-/// What kwok/the kubelet does: Running, Ready, container statuses with the spec's images.
-fn kubelet(fake: &FakeCluster, name: &str) {
-    fake.edit(&ObjectRef::new(&pod_kind(), Some("demo"), name), |p| {
-        let statuses: Vec<Value> = p["spec"]["containers"].as_array().unwrap().iter()
-            .map(|c| json!({"name": c["name"], "image": c["image"], "ready": true})).collect();
-        p["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": statuses});
-    }).unwrap();
 }
 
 /// The kubelet's report for Pods p0 .. p{n-1}.
@@ -147,7 +127,9 @@ fn a_large_rollout_goes_in_steps_of_bounded_work_with_one_event_each() {
     };
     assert_eq!((step(&fake), new(&fake)), (Some(std::time::Duration::from_secs(1)), 200));
     assert_eq!((step(&fake), new(&fake)), (None, 250), "the rest, and done");
-    // The next rollout finds every condition already set: one write per Pod.
+    // The next rollout finds every condition already set: one write per Pod (once the
+    // kubelet runs the last update: a Pod mid-update waits, as in Kruise).
+    all_ready(&fake, 250);
     change_image(&fake, "busybox:1.38");
     step(&fake);
     let newer = sidecar_images(&fake).iter().filter(|i| *i == "busybox:1.38").count();
@@ -386,7 +368,11 @@ fn runtime_kubelet(fake: &FakeCluster, name: &str, id: &str) {
             .map(|c| json!({"name": c["name"], "image": format!("docker.io/library/{}", c["image"].as_str().unwrap()),
                             "imageID": format!("containerd://sha256:{id}-{}", c["name"].as_str().unwrap()), "ready": true}))
             .collect();
-        p["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": statuses});
+        // Conditions the kubelet does not own (SidecarSetUpgradable) stay, as they do.
+        let mut conditions: Vec<Value> = p["status"]["conditions"].as_array().into_iter().flatten()
+            .filter(|c| c["type"] != "Ready").cloned().collect();
+        conditions.push(json!({"type": "Ready", "status": "True"}));
+        p["status"] = json!({"phase": "Running", "conditions": conditions, "containerStatuses": statuses});
     })
     .unwrap();
 }

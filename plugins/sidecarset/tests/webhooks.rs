@@ -297,7 +297,7 @@ fn validation_names_the_field_and_the_rule() {
         ),
         (
             with(&|s| s["containers"][1]["upgradeStrategy"] = json!({"upgradeType": "HotUpgrade"})),
-            "spec.containers[1].upgradeStrategy.upgradeType: HotUpgrade is not supported",
+            "spec.containers[1].upgradeStrategy.hotUpgradeEmptyImage: required with upgradeType HotUpgrade",
         ),
         (
             with(&|s| s["containers"][0]["upgradeStrategy"] = json!({"upgradeType": "Warm"})),

@@ -1,0 +1,109 @@
+//! HotUpgrade sidecars end to end, as Kruise's e2e specs "sidecarSet inject pod hot
+//! upgrade sidecar container" and "sidecarSet upgrade hot sidecar container image"
+//! (`test/e2e/apps/v1alpha1/sidecarset_hotupgrade.go`) check them: a Deployment's Pod
+//! gets the pair through the real apiserver's admission chain; an image update goes to
+//! the idle container, and once it runs (this test playing the kubelet) the old one is
+//! emptied; then back again.
+
+use anyhow::{Result, bail};
+use serde_json::{Value, json};
+use std::time::Duration;
+use wasmop_e2e::sidecarset::*;
+use wasmop_e2e::*;
+
+const WORKING: &str = "kruise.io/sidecarset-working-hotupgrade-container";
+
+/// (container, image), in the Pod's order.
+type Images = Vec<(String, String)>;
+
+/// The Deployment's one Pod: its name, its images, and the pair's annotations
+/// (versions of envoy-1, envoy-2, the working container).
+fn the_pod(ns: &str) -> Result<(String, Images, [String; 3])> {
+    let pods = get_json(&["pods", "-n", ns, "-l", "app=mesh"]).unwrap_or_default();
+    let live: Vec<&Value> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    let [p] = live[..] else { bail!("want one Pod, have {}", live.len()) };
+    let images = p["spec"]["containers"].as_array().unwrap().iter();
+    let images = images.map(|c| (c["name"].as_str().unwrap().to_owned(), c["image"].as_str().unwrap().to_owned()));
+    let a = &p["metadata"]["annotations"];
+    let s = |k: &str| a[k].as_str().unwrap_or("").to_owned();
+    let versions = [s("version.sidecarset.kruise.io/envoy-1"), s("version.sidecarset.kruise.io/envoy-2"), s(WORKING)];
+    Ok((p["metadata"]["name"].as_str().unwrap().to_owned(), images.collect(), versions))
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
+}
+
+/// Updates the set's image and plays the kubelet until the Pod shows `want` and the
+/// status counts the Pod updated and ready; returns the set's resourceVersion.
+fn roll_to(name: &str, ns: &str, spec: &dyn Fn(&str) -> Value, image: &str, want: &[(&str, &str)]) -> Result<String> {
+    apply(&sidecarset(name, spec(image))).map_err(anyhow::Error::msg)?;
+    eventually(&format!("the Pod's pair settled on {image}"), Duration::from_secs(90), || {
+        let (pod, images, _) = the_pod(ns)?;
+        play_kubelet(ns, &pod)?;
+        let s = status(name);
+        let counted = ["matchedPods", "updatedPods", "readyPods", "updatedReadyPods"].iter().all(|k| s[k] == 1);
+        if images == pairs(want) && counted { Ok(()) } else { bail!("{images:?}, status {s}") }
+    })?;
+    Ok(get_json(&["sidecarset", name]).unwrap()["metadata"]["resourceVersion"].as_str().unwrap().to_owned())
+}
+
+#[test]
+#[ignore = "needs the local control plane (make e2e)"]
+fn a_hot_upgrade_sidecar_runs_as_a_pair_and_is_upgraded_without_stopping() -> Result<()> {
+    let _lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Namespace::new("ss-hot");
+    let (_h, _configs) = host("wasmop-e2e-hot", &[&ns.0])?;
+    let name = format!("mesh-{}", ns.0);
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let spec = |image: &str| {
+        json!({"namespace": ns.0, "selector": {"matchLabels": {"app": "mesh"}},
+               "containers": [{"name": "envoy", "image": image,
+                               "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "busybox:1.36"}}]})
+    };
+    apply(&sidecarset(&name, spec("nginx:1.27"))).map_err(anyhow::Error::msg)?;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mesh", "namespace": ns.0},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "mesh"}},
+                 "template": {"metadata": {"labels": {"app": "mesh"}},
+                              "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}}});
+    apply(&deployment.to_string()).map_err(anyhow::Error::msg)?;
+    let (_, images, versions) = eventually("the Deployment's Pod", Duration::from_secs(60), || the_pod(&ns.0))?;
+    assert_eq!(images, pairs(&[("envoy-1", "nginx:1.27"), ("envoy-2", "busybox:1.36"), ("main", "nginx:1.27")]));
+    assert_eq!(versions, ["1".to_owned(), "0".to_owned(), r#"{"envoy":"envoy-1"}"#.to_owned()]);
+
+    // The new image goes to the idle envoy-2; envoy-1 is emptied once envoy-2 runs.
+    let v = roll_to(
+        &name,
+        &ns.0,
+        &spec,
+        "nginx:1.28",
+        &[("envoy-1", "busybox:1.36"), ("envoy-2", "nginx:1.28"), ("main", "nginx:1.27")],
+    )?;
+    let (_, _, versions) = the_pod(&ns.0)?;
+    assert_eq!(versions, ["0".to_owned(), v, r#"{"envoy":"envoy-2"}"#.to_owned()]);
+    // And back: now envoy-1 takes it.
+    let v = roll_to(
+        &name,
+        &ns.0,
+        &spec,
+        "nginx:1.27",
+        &[("envoy-1", "nginx:1.27"), ("envoy-2", "busybox:1.36"), ("main", "nginx:1.27")],
+    )?;
+    let (_, _, versions) = the_pod(&ns.0)?;
+    assert_eq!(versions, [v, "0".to_owned(), r#"{"envoy":"envoy-1"}"#.to_owned()]);
+
+    // Kruise's rule: upgradeType is immutable.
+    let mut cold = spec("nginx:1.27");
+    cold["containers"][0]["upgradeStrategy"] = json!({"upgradeType": "ColdUpgrade"});
+    let e = apply(&sidecarset(&name, cold)).expect_err("upgradeType change denied");
+    assert!(
+        e.contains("spec.containers[0].upgradeStrategy.upgradeType: container envoy upgradeType is immutable"),
+        "{e}"
+    );
+    Ok(())
+}
