@@ -8,9 +8,12 @@ ss=$ns-log-agent
 ssk() { kubectl get sidecarset "$ss" "$@"; }
 
 say "A cluster admin lets the SidecarSet plugin run as itself, then it is deployed like Memcached"
-run "wasmop rbac $P/sidecarset.wasm --namespace $sys >$D/sidecarset-rbac.yaml"
+printf 'revisionNamespace: %s\n' "$sys" >"$DEMO_DIR/sidecarset.settings.yaml"
+note "its settings keep each SidecarSet version (a ControllerRevision) in $sys, not Kruise's kruise-system:"
+run "cat $D/sidecarset.settings.yaml"
+run "wasmop rbac $P/sidecarset.wasm --namespace $sys --settings $D/sidecarset.settings.yaml >$D/sidecarset-rbac.yaml"
 install "$DEMO_DIR/sidecarset-rbac.yaml"
-run "wasmop pack $P/sidecarset.wasm --name sidecarset --namespace $sys >$D/sidecarset-plugin.yaml"
+run "wasmop pack $P/sidecarset.wasm --name sidecarset --namespace $sys --settings sidecarset=$D/sidecarset.settings.yaml >$D/sidecarset-plugin.yaml"
 mark=$(host_lines)
 install "$DEMO_DIR/sidecarset-plugin.yaml" --server-side
 wait_for 60 "the SidecarSet plugin's watches" host_log_since "$mark" "watches synced plugin=sidecarset"

@@ -409,17 +409,29 @@ pub fn wait_for_ca_bundle(name: &str) -> Result<()> {
     })
 }
 
-/// `probe reconcile` / `probe done` lines of a host log: (timestamp, start?, name), in
-/// log order. The timestamp is the log's RFC 3339 prefix, comparable as text.
+/// Where the probe's reconciles start and end in a host log: (timestamp, start?, name),
+/// in log order. The timestamp is the log's RFC 3339 prefix, comparable as text.
+///
+/// A start is the probe's `probe reconcile` line. An end is its `probe done` line, or the
+/// controller's line for a reconcile that ended early: a conflict retried (a stale
+/// cached read; quiet by design, so no WARN), a failure or a fault. Without those, a
+/// reconcile that returned on a conflict would look as if it never ended, and the
+/// retry as a second reconcile running beside it.
 pub fn probe_intervals(log: &str) -> Vec<(String, bool, String)> {
+    const EARLY_ENDS: [&str; 3] = ["reconcile hit a conflict", "reconcile failed", "plugin fault"];
     log.lines()
         .filter_map(|l| {
             let start = l.contains("probe reconcile ");
-            if !start && !l.contains("probe done ") {
+            let name = if start || l.contains("probe done ") {
+                l.split("name=").nth(1)?.split_whitespace().next()?.to_owned()
+            } else if l.contains("wasmop::controllers::controller:") && EARLY_ENDS.iter().any(|e| l.contains(e)) {
+                // `object=<group/version>/<Kind> <namespace>/<name>`
+                let object = l.rsplit("object=").next()?.split_whitespace().nth(1)?;
+                object.rsplit('/').next()?.to_owned()
+            } else {
                 return None;
-            }
+            };
             let ts = l.split_whitespace().next()?.to_owned();
-            let name = l.split("name=").nth(1)?.split_whitespace().next()?.to_owned();
             Some((ts, start, name))
         })
         .collect()

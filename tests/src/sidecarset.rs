@@ -24,6 +24,9 @@ pub fn host(name: &str, namespaces: &[&str]) -> Result<(Host, WebhookConfigs)> {
 /// [`host`] with the plugin's `settings`.
 pub fn host_with(name: &str, namespaces: &[&str], settings: &str) -> Result<(Host, WebhookConfigs)> {
     install_crd(CRD, "sidecarsets.apps.kruise.io")?;
+    // Where the plugin keeps revisions unless its settings name another namespace, as
+    // Kruise. Tests in parallel may race to create it: only its existence matters.
+    let _ = apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kruise-system\n");
     let port = free_port();
     let wasm = plugin_path("sidecarset.wasm");
     let addr = format!("127.0.0.1:{port}");

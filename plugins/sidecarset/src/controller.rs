@@ -23,7 +23,8 @@
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, accepted_hashes, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
 use crate::types::{SidecarSet, SidecarSetStatus};
-use crate::{hot, inplace, order, scope, upgradable};
+use crate::{hot, inplace, order, revision, scope, settings, upgradable};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
@@ -44,7 +45,10 @@ impl Reconciler for SidecarSetController {
             .watches::<Pod>(Mapping::Selector(vec!["spec".into(), "selector".into()]))
             .allow::<SidecarSet>(&[Verb::UpdateStatus])
             .allow::<Pod>(&[Verb::Update, Verb::UpdateStatus])
-            .allow::<Namespace>(&[Verb::Get, Verb::List]))
+            .allow::<Namespace>(&[Verb::Get, Verb::List])
+            // The revision history (`revision`), in the revision namespace.
+            .owns::<ControllerRevision>()
+            .allow::<ControllerRevision>(&[Verb::Get, Verb::List, Verb::Create, Verb::Update, Verb::Delete]))
     }
 
     fn reconcile(ctx: &Context<'_>, req: &Request) -> Result<Action, ReconcileError> {
@@ -88,8 +92,28 @@ impl Reconciler for SidecarSetController {
         // As Kruise's calculateStatus: Ready, its sidecars running what the spec says,
         // and no hot upgrade half done.
         let available = |p: &Value| ready(p) && !restarting(p, &ss) && !hot::upgrading(p, &ss);
+        // Kruise records the version before it counts (its status names the revision).
+        let (latest_revision, collision_count) =
+            match revision::register(ctx, &ss, settings::revision_namespace(&req.settings), || {
+                pods.iter().filter_map(|p| revision::of_pod(p, &name)).collect()
+            }) {
+                Ok((r, c)) => (Some(r), Some(c)),
+                Err(e) if e.is_conflict() => return Err(e.into()),
+                // No history (its namespace gone, say) does not stop the rollout.
+                Err(e) => {
+                    ctx.warning(
+                        &req.object,
+                        "RevisionNotRecorded",
+                        &format!("cannot record the ControllerRevision: {e}"),
+                    );
+                    let old = ss.status.clone().unwrap_or_default();
+                    (old.latest_revision, old.collision_count)
+                }
+            };
         let status = SidecarSetStatus {
             observed_generation: ss.metadata.generation,
+            latest_revision: latest_revision.clone(),
+            collision_count,
             matched_pods: matched.len() as i32,
             updated_pods: matched.iter().filter(|p| updated(p)).count() as i32,
             ready_pods: matched.iter().filter(|p| available(p)).count() as i32,
@@ -183,7 +207,7 @@ impl Reconciler for SidecarSetController {
             let mut pod = written.unwrap_or_else(|| (*p).clone());
             let changed = set_images(&mut pod, &ss, &name);
             inplace::record(&mut pod, &name, &hash, &changed, &now);
-            set_pod_hash(&mut pod, HASH, &name, &hash);
+            set_pod_hash(&mut pod, HASH, &name, &hash, latest_revision.as_deref());
             // As Kruise's updatePodSidecarAndHash: patchPodMetadata applies again.
             if let Some(a) = pod["metadata"]["annotations"].as_object_mut() {
                 crate::patch::apply(a, &ss.spec.patch_pod_metadata)

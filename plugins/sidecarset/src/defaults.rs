@@ -50,6 +50,10 @@ pub fn default(ss: &mut SidecarSet) {
     for p in &mut spec.patch_pod_metadata {
         fill(&mut p.patch_policy, "Retain");
     }
+    // Kruise's CRD default.
+    if let Some(r) = &mut spec.injection_strategy.revision {
+        fill(&mut r.policy, crate::revision::ALWAYS);
+    }
     let (h, w) = hashes(spec);
     let a = ss.metadata.annotations.get_or_insert_with(Default::default);
     a.insert(HASH.into(), h);

@@ -61,7 +61,7 @@ fn empty(kind: Kind, v: &Value) -> bool {
 }
 
 /// Go's string encoding (HTML-safe, as `json.Marshal`).
-fn string(out: &mut String, s: &str) {
+pub(crate) fn string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -186,7 +186,7 @@ pub fn encode_spec(spec: &SidecarSetSpec, without_image: bool) -> String {
 
 /// Kubernetes' `rand.SafeEncodeString`: each byte mapped onto consonants and digits
 /// (no vowels, so no words).
-fn safe_encode(s: &str) -> String {
+pub(crate) fn safe_encode(s: &str) -> String {
     const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     s.bytes().map(|b| ALPHANUMS[b as usize % ALPHANUMS.len()] as char).collect()
 }

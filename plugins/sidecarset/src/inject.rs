@@ -199,7 +199,12 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
         crate::patch::apply(&mut annotations, &ss.spec.patch_pod_metadata)
             .map_err(|e| format!("SidecarSet {name}: spec.patchPodMetadata: {e}"))?;
         let (h, w) = current_hashes(ss);
-        hash.insert(name.clone(), json!({"hash": h, "sidecarSetName": name, "sidecarList": list}));
+        let mut entry = json!({"hash": h, "sidecarSetName": name, "sidecarList": list});
+        // As Kruise: the revision this version is kept as, when known.
+        if let Some(r) = ss.status.as_ref().and_then(|s| s.latest_revision.as_deref()).filter(|r| !r.is_empty()) {
+            entry["controllerRevision"] = json!(r);
+        }
+        hash.insert(name.clone(), entry);
         hash_wo.insert(name.clone(), json!({"hash": w, "sidecarSetName": name, "sidecarList": list}));
         injected.insert(name);
     }
@@ -229,11 +234,15 @@ pub fn pod_hash(pod: &Value, key: &str, name: &str) -> Option<String> {
     annotation_map(pod, key).get(name).and_then(|e| e["hash"].as_str()).map(str::to_owned)
 }
 
-/// Sets the hash this Pod carries for SidecarSet `name`.
-pub fn set_pod_hash(pod: &mut Value, key: &str, name: &str, hash: &str) {
+/// Sets the hash this Pod carries for SidecarSet `name`, and the ControllerRevision
+/// that version is kept as.
+pub fn set_pod_hash(pod: &mut Value, key: &str, name: &str, hash: &str, revision: Option<&str>) {
     let mut m = annotation_map(pod, key);
     if let Some(e) = m.get_mut(name) {
         e["hash"] = json!(hash);
+        if let Some(r) = revision.filter(|r| !r.is_empty()) {
+            e["controllerRevision"] = json!(r);
+        }
     }
     pod["metadata"]["annotations"][key] = json!(serde_json::to_string(&m).unwrap_or_default());
 }

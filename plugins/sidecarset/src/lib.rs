@@ -29,11 +29,11 @@
 //! (`upgradeType: ColdUpgrade`, `revisionHistoryLimit: 10`, `patchPolicy: Retain`,
 //! the probe and fieldRef defaults its hash covers).
 //!
-//! HotUpgrade sidecars run as Kruise's container pair (`hot`).
+//! HotUpgrade sidecars run as Kruise's container pair (`hot`). Each version of a set is
+//! kept as a ControllerRevision with Kruise's data, names and numbering, and new Pods
+//! can be pinned to an earlier one (`revision`).
 //!
-//! Not (yet) as Kruise, and said rather than ignored: `revisionHistoryLimit` and `customVersion` are accepted but no
-//! ControllerRevision history is kept; `injectionStrategy.revision` is not in the CRD,
-//! so kubectl's strict validation refuses it; a percentage too large for any integer
+//! Not as Kruise, and said rather than ignored: a percentage too large for any integer
 //! means all Pods (Kruise's result there is undefined or 0).
 //! The update order is Kruise's (`order`: Kubernetes' ActivePods order, then
 //! `priorityStrategy`, then `scatterStrategy`), with ties taken by name where Kruise's
@@ -53,7 +53,9 @@ pub mod order;
 pub mod patch;
 mod quantity;
 pub mod resources;
+pub mod revision;
 pub mod scope;
+pub mod settings;
 mod share;
 pub mod types;
 pub mod upgradable;

@@ -61,14 +61,13 @@ pub struct SidecarSetSpec {
     pub image_pull_secrets: Vec<LocalObjectReference>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patch_pod_metadata: Vec<SidecarSetPatchPodMetadata>,
-    /// Kept by Kruise's ControllerRevision history (its defaulting writes 10 into every
-    /// SidecarSet, so exported YAML carries it). Accepted so that YAML applies; this
-    /// plugin keeps no revision history, so the field has no effect.
+    /// How many ControllerRevisions of this set to keep (default 10, at least 1);
+    /// revisions a Pod or `injectionStrategy.revision` still names are kept beyond it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision_history_limit: Option<i32>,
     /// `apps.kruise.io/v1beta1`'s name for what v1alpha1 carries as the label
-    /// `apps.kruise.io/sidecarset-custom-version`: the version a ControllerRevision is
-    /// labelled with. Accepted so v1beta1 YAML applies; no revision history is kept.
+    /// `apps.kruise.io/sidecarset-custom-version`: the version the set's latest
+    /// ControllerRevision is labelled with (either form works in either version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom_version: Option<String>,
 }
@@ -246,6 +245,26 @@ pub struct SidecarSetInjectionStrategy {
     /// True: new Pods are not injected.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// Inject an earlier version of the sidecars, kept as a ControllerRevision, into
+    /// new Pods (for example the stable one during a canary rollout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<SidecarSetInjectRevision>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetInjectRevision {
+    /// The latest revision labelled with this custom version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_version: Option<String>,
+    /// This ControllerRevision (in the plugin's revision namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_name: Option<String>,
+    /// Always (default): every new Pod gets that revision. Partial: new Pods outside
+    /// `updateStrategy.selector` get it; the others get it with the probability of a
+    /// percentage `updateStrategy.partition`, else the latest version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -276,6 +295,12 @@ pub struct SidecarSetStatus {
     /// Matched Pods both updated and ready.
     #[serde(default)]
     pub updated_ready_pods: i32,
+    /// The name of the ControllerRevision holding the current version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_revision: Option<String>,
+    /// Hash collisions met while naming revisions (a part of the next name's hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collision_count: Option<i32>,
 }
 
 /// The CRD: [`SidecarSet::crd`] (v1alpha1, the stored version) served as v1beta1 too.

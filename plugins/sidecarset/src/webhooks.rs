@@ -35,7 +35,7 @@ impl Webhooks for SidecarSetWebhooks {
         match handler {
             DEFAULT => default_review(req),
             VALIDATE => validate_review(ctx, req, settings),
-            INJECT => inject_review(ctx, req),
+            INJECT => inject_review(ctx, req, settings),
             other => AdmissionResponse::deny(format!("unknown handler {other:?}")),
         }
     }
@@ -69,9 +69,26 @@ fn validate_review(ctx: &Context<'_>, req: &AdmissionRequest, settings: &str) ->
     if let Some(msg) = beta_namespace(req, &ss, old.as_ref()) {
         return AdmissionResponse::invalid(msg);
     }
-    match crate::validate::validate(&ss, old.as_ref(), &others).and_then(|()| crate::whitelist::check(settings, &ss)) {
+    let checks = crate::validate::validate(&ss, old.as_ref(), &others)
+        .and_then(|()| crate::whitelist::check(settings, &ss))
+        .and_then(|()| injected_revision(ctx, settings, &ss));
+    match checks {
         Ok(()) => AdmissionResponse::allow(),
         Err(msg) => AdmissionResponse::invalid(msg),
+    }
+}
+
+/// As Kruise's `validateSidecarSetInjectionStrategy`: the revision to inject is named
+/// and exists, and the policy is one Kruise knows.
+fn injected_revision(ctx: &Context<'_>, settings: &str, ss: &SidecarSet) -> Result<(), String> {
+    use crate::revision::{ALWAYS, PARTIAL};
+    let Some(info) = &ss.spec.injection_strategy.revision else { return Ok(()) };
+    let f = "spec.injectionStrategy.revision";
+    crate::revision::find(ctx, ss, crate::settings::revision_namespace(settings), info)
+        .map_err(|e| format!("{f}: {e}"))?;
+    match info.policy.as_deref() {
+        None | Some("" | ALWAYS | PARTIAL) => Ok(()),
+        Some(p) => Err(format!("{f}.policy: Invalid policy {p:?}, supported: [{ALWAYS}, {PARTIAL}]")),
     }
 }
 
@@ -95,7 +112,7 @@ pub fn namespace_labels(ctx: &Context<'_>, ns: &str) -> Result<BTreeMap<String, 
     Ok(ctx.get_opt::<Namespace>(None, ns)?.and_then(|n| n.metadata.labels).unwrap_or_default())
 }
 
-fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse {
+fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest, settings: &str) -> AdmissionResponse {
     let Some(object) = &req.object else { return AdmissionResponse::allow() };
     let ns = req.namespace.clone().unwrap_or_default();
     // Every new Pod reads the same few SidecarSets: parsed once per change, not per Pod.
@@ -120,6 +137,21 @@ fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest) -> AdmissionResponse
         .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
         .collect();
     sets.retain(|s| scope::selects(&s.spec, &ns, &ns_labels, &labels));
+    // Sets that pin new Pods to an earlier version (`injectionStrategy.revision`).
+    let mut pinned = Vec::new();
+    for s in &sets {
+        let rev_ns = crate::settings::revision_namespace(settings);
+        match crate::revision::for_new_pod(ctx, s, rev_ns, &labels, &req.uid) {
+            Ok(Some(old)) => pinned.push(old),
+            Ok(None) => {}
+            Err(e) => {
+                let name = s.metadata.name.as_deref().unwrap_or_default();
+                return AdmissionResponse::deny(format!("SidecarSet {name}: spec.injectionStrategy.revision: {e}"));
+            }
+        }
+    }
+    let mut sets: Vec<&SidecarSet> =
+        sets.into_iter().map(|s| pinned.iter().find(|p| p.metadata.name == s.metadata.name).unwrap_or(s)).collect();
     crate::canary::replace_bases(&mut sets);
     sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     // Only what injection writes goes back: no whole Pod to serialise here and to diff

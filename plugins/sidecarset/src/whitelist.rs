@@ -20,6 +20,7 @@
 //! applying, every key may be patched.
 
 use crate::scope;
+use crate::settings::raw;
 use crate::types::SidecarSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
@@ -40,15 +41,6 @@ struct Rule {
     selector: Option<LabelSelector>,
     #[serde(default)]
     allowed_annotation_key_exprs: Vec<String>,
-}
-
-/// The raw value of `key` in the settings: the rest of its line, outer quotes removed.
-fn raw<'a>(settings: &'a str, key: &str) -> Option<&'a str> {
-    settings.lines().find_map(|l| {
-        let v = l.trim().strip_prefix(key)?.trim_start().strip_prefix(':')?.trim();
-        let v = v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')).unwrap_or(v);
-        (!v.is_empty()).then_some(v)
-    })
 }
 
 /// Ok when every key `ss` patches is allowed by the admin's list in `settings`.

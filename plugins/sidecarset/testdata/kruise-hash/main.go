@@ -5,6 +5,7 @@
 //
 //	go run . hashes < specs.json   # [{"containers": [...], "initContainers": [...]}] -> hashes
 //	go run . fields                # the struct layout, as Rust source
+//	go run . revisions < revision-specs.json   # ControllerRevision data and name hashes
 package main
 
 import (
@@ -207,5 +208,7 @@ func main() {
 		hashes()
 	case "fields":
 		layout()
+	case "revisions":
+		revisions()
 	}
 }
