@@ -2,8 +2,9 @@
 //! sidecar during canary upgrades" (`test/e2e/apps/v1alpha1/sidecarset.go`) uses it:
 //! the versions are ControllerRevisions the set controls, a canary rollout pins the
 //! stable Deployment's new Pods to the earlier version (`injectionStrategy.revision`,
-//! policy Partial) while the canary's get the new one, and the garbage collector
-//! removes the revisions with the set.
+//! policy Partial) while the canary's get the new one, a revision forged outside the
+//! revision namespace is never injected, and the garbage collector removes the
+//! revisions with the set.
 
 use anyhow::{Result, anyhow, bail};
 use serde_json::{Value, json};
@@ -99,6 +100,15 @@ fn a_canary_rollout_pins_the_stable_pods_to_the_earlier_revision() -> Result<()>
         [(a, 1, _), (b, 2, _)] if *a == first && status(&name)["latestRevision"] == b.as_str() => Ok(b.clone()),
         other => bail!("{other:?}"),
     })?;
+    // A forged revision outside the revision namespace, labelled for the set with the
+    // pinned custom version and a higher number, is never injected.
+    let elsewhere = Namespace::new("ss-rev-forged");
+    let forged = json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": "forged", "namespace": elsewhere.0,
+                     "labels": {"kruise.io/sidecarset-name": name, CUSTOM_VERSION: "0"}},
+        "revision": 99,
+        "data": {"spec": {"$patch": "replace", "containers": [{"name": "proxy", "image": "evil:1"}]}}});
+    apply(&forged.to_string()).map_err(|e| anyhow!(e))?;
     apply(&deployment(&ns.0, "stable", 2)).map_err(|e| anyhow!(e))?;
     apply(&deployment(&ns.0, "canary", 2)).map_err(|e| anyhow!(e))?;
     eventually("new stable Pods pinned, new canary Pods on the latest", Duration::from_secs(60), || {
