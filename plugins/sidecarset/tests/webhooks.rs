@@ -42,19 +42,9 @@ fn store(fake: &FakeCluster, obj: Value) -> Value {
     o
 }
 
+/// The base of the validation cases: two sidecars, volumes, a pull secret, a patch.
 fn two_sidecars() -> Value {
-    json!({
-        "selector": {"matchLabels": {"app": "web"}},
-        "containers": [
-            {"name": "before", "image": "busybox:1.36", "volumeMounts": [{"name": "logs", "mountPath": "/logs"}],
-             "transferEnv": [{"sourceContainerName": "app", "envName": "TZ"}]},
-            {"name": "after", "image": "busybox:1.36", "podInjectPolicy": "AfterAppContainer",
-             "shareVolumePolicy": {"type": "enabled"}}
-        ],
-        "volumes": [{"name": "logs", "emptyDir": {}}, {"name": "unused", "emptyDir": {}}, {"name": "data", "emptyDir": {}}],
-        "imagePullSecrets": [{"name": "regcred"}],
-        "patchPodMetadata": [{"annotations": {"team": "infra"}}]
-    })
+    serde_json::from_str::<Value>(CASES).unwrap()["base"]["spec"].clone()
 }
 
 fn pod(labels: Value) -> Value {
@@ -187,218 +177,41 @@ fn denial(fake: &FakeCluster, obj: Value, old: Option<Value>) -> String {
     r.status.unwrap().message
 }
 
-#[test]
-fn validation_names_the_field_and_the_rule() {
-    let fake = FakeCluster::new();
-    let ok = two_sidecars();
-    let with = |f: &dyn Fn(&mut Value)| {
-        let mut s = ok.clone();
-        f(&mut s);
-        sidecarset("s", s)
-    };
-    let cases: Vec<(Value, &str)> = vec![
-        (sidecarset("a.b", ok.clone()), "metadata.name"),
-        (with(&|s| s.as_object_mut().unwrap().remove("selector").map(drop).unwrap()), "spec.selector: required"),
-        (with(&|s| s["selector"] = json!({})), "spec.selector: must not be empty"),
-        (with(&|s| s["containers"] = json!([])), "at least one container"),
-        (with(&|s| s["containers"][1]["name"] = json!("before")), "spec.containers[1].name"),
-        (with(&|s| s["containers"][0]["name"] = json!("Bad_Name")), "DNS-1123"),
-        (
-            with(&|s| s["containers"][0].as_object_mut().unwrap().remove("image").map(drop).unwrap()),
-            "spec.containers[0].image: required",
-        ),
-        (
-            with(&|s| s["containers"][0]["podInjectPolicy"] = json!("Sometimes")),
-            "spec.containers[0].podInjectPolicy: unsupported value",
-        ),
-        (with(&|s| s["containers"][0]["shareVolumePolicy"] = json!({"type": "yes"})), "shareVolumePolicy.type"),
-        (with(&|s| s["updateStrategy"] = json!({"type": "Fast"})), "spec.updateStrategy.type"),
-        (
-            with(&|s| s["containers"][0]["volumeMounts"] = json!([{"name": "nope", "mountPath": "/x"}])),
-            "spec.containers[0].volumeMounts[0].name: volume \"nope\" is not declared",
-        ),
-        (with(&|s| s["updateStrategy"] = json!({"partition": -1})), "spec.updateStrategy.partition"),
-        (with(&|s| s["updateStrategy"] = json!({"maxUnavailable": "half"})), "spec.updateStrategy.maxUnavailable"),
-        // Kubernetes' label selector rules, on every selector of the SidecarSet.
-        (
-            with(&|s| {
-                s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["web"]}]})
-            }),
-            "spec.selector.matchExpressions[0].operator: \"Equals\" is not a valid selector operator",
-        ),
-        (
-            with(&|s| s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "In"}]})),
-            "spec.selector.matchExpressions[0].values: must be specified",
-        ),
-        (
-            with(&|s| {
-                s["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]})
-            }),
-            "spec.selector.matchExpressions[0].values: may not be specified",
-        ),
-        (
-            with(&|s| s["namespaceSelector"] = json!({"matchExpressions": [{"key": "env", "operator": "Is"}]})),
-            "spec.namespaceSelector.matchExpressions[0].operator",
-        ),
-        (
-            with(&|s| {
-                s["updateStrategy"] = json!({"selector": {"matchExpressions": [{"key": "c", "operator": "Has"}]}})
-            }),
-            "spec.updateStrategy.selector.matchExpressions[0].operator",
-        ),
-        (with(&|s| s["updateStrategy"] = json!({"selector": {}})), "spec.updateStrategy.selector: must not be empty"),
-        // Keys and values as Kubernetes checks labels.
-        (
-            with(&|s| s["selector"] = json!({"matchLabels": {"app web": "x"}})),
-            "spec.selector.matchLabels: \"app web\": a qualified name",
-        ),
-        (
-            with(&|s| s["selector"] = json!({"matchLabels": {"app": "web!"}})),
-            "spec.selector.matchLabels[app]: \"web!\": a label value",
-        ),
-        (
-            with(&|s| s["selector"] = json!({"matchLabels": {"Example.COM/app": "web"}})),
-            "the prefix before '/' must be a DNS-1123 subdomain",
-        ),
-        (
-            with(&|s| s["namespaceSelector"] = json!({"matchExpressions": [{"key": "-env", "operator": "Exists"}]})),
-            "spec.namespaceSelector.matchExpressions[0].key: \"-env\"",
-        ),
-        (
-            with(&|s| {
-                s["selector"] =
-                    json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "x".repeat(64)]}]})
-            }),
-            "spec.selector.matchExpressions[0].values[1]",
-        ),
-        // Kruise's own rules.
-        (
-            with(&|s| {
-                s["namespace"] = json!("prod");
-                s["namespaceSelector"] = json!({"matchLabels": {"env": "prod"}});
-            }),
-            "namespace and namespaceSelector are mutually exclusive",
-        ),
-        (
-            with(&|s| s["updateStrategy"] = json!({"partition": 1, "selector": {"matchLabels": {"canary": "true"}}})),
-            "spec.updateStrategy: partition and selector cannot be used together",
-        ),
-        (
-            with(&|s| s["initContainers"] = json!([{"name": "native", "image": "x:1", "restartPolicy": "Always"}])),
-            "spec.updateStrategy: initContainers[0] (\"native\") has restartPolicy Always",
-        ),
-        (
-            with(&|s| s["patchPodMetadata"] = json!([{"annotations": {"team": "a"}}, {"annotations": {"team": "b"}}])),
-            "spec.patchPodMetadata[1].annotations: \"team\" is already patched",
-        ),
-        (
-            with(&|s| s["patchPodMetadata"] = json!([{"annotations": {}}])),
-            "spec.patchPodMetadata[0].annotations: required",
-        ),
-        (
-            with(&|s| s["containers"][1]["upgradeStrategy"] = json!({"upgradeType": "HotUpgrade"})),
-            "spec.containers[1].upgradeStrategy.hotUpgradeEmptyImage: required with upgradeType HotUpgrade",
-        ),
-        (
-            with(&|s| s["containers"][0]["upgradeStrategy"] = json!({"upgradeType": "Warm"})),
-            "spec.containers[0].upgradeStrategy.upgradeType: unsupported value \"Warm\"",
-        ),
-        (with(&|s| s["revisionHistoryLimit"] = json!(-1)), "spec.revisionHistoryLimit"),
-        (
-            with(&|s| {
-                s["updateStrategy"] = json!({"priorityStrategy": {
-                    "weightPriority": [{"weight": 10, "matchSelector": {"matchLabels": {"a": "b"}}}],
-                    "orderPriority": [{"orderedKey": "a"}]}})
-            }),
-            "spec.updateStrategy.priorityStrategy: only one of weightPriority and orderPriority can be used",
-        ),
-        (
-            with(&|s| {
-                s["updateStrategy"] = json!({"priorityStrategy": {
-                    "weightPriority": [{"weight": 101, "matchSelector": {"matchLabels": {"a": "b"}}}]}})
-            }),
-            "spec.updateStrategy.priorityStrategy.weightPriority[0].weight: must be in the range 0-100",
-        ),
-        (
-            with(&|s| {
-                s["updateStrategy"] =
-                    json!({"priorityStrategy": {"weightPriority": [{"weight": 1, "matchSelector": {}}]}})
-            }),
-            "spec.updateStrategy.priorityStrategy.weightPriority[0].matchSelector: must not be empty",
-        ),
-        (
-            with(&|s| s["updateStrategy"] = json!({"priorityStrategy": {"orderPriority": [{"orderedKey": ""}]}})),
-            "spec.updateStrategy.priorityStrategy.orderPriority[0].orderedKey: order key can not be empty",
-        ),
-        (
-            with(&|s| s["updateStrategy"] = json!({"scatterStrategy": [{"key": "", "value": "a"}]})),
-            "spec.updateStrategy.scatterStrategy[0].key: key should not be empty",
-        ),
-        (
-            with(&|s| {
-                s["updateStrategy"] =
-                    json!({"scatterStrategy": [{"key": "z", "value": "a"}, {"key": "z", "value": "a"}]})
-            }),
-            "spec.updateStrategy.scatterStrategy[1]: duplicated key=z value=a",
-        ),
-    ];
-    for (obj, want) in cases {
-        let msg = denial(&fake, obj.clone(), None);
-        assert!(msg.contains(want), "want {want:?} in {msg:?}");
+/// The validation cases both this test and the e2e conformance test run: each a JSON
+/// Patch of one base SidecarSet, denied with a message or admitted.
+const CASES: &str = include_str!("data/validation-cases.json");
+
+/// (what, SidecarSet, Some(message) when denied).
+fn validation_cases() -> Vec<(String, Value, Option<String>)> {
+    let doc: Value = serde_json::from_str(CASES).unwrap();
+    let mut out = Vec::new();
+    for (list, denied) in [("denied", true), ("allowed", false)] {
+        for c in doc[list].as_array().unwrap() {
+            let mut obj = doc["base"].clone();
+            let patch: json_patch::Patch = serde_json::from_value(c["patch"].clone()).unwrap();
+            json_patch::patch(&mut obj, &patch).unwrap();
+            let what = c["why"].as_str().map_or_else(|| c["patch"].to_string(), str::to_owned);
+            out.push((what, obj, denied.then(|| c["message"].as_str().unwrap().to_owned())));
+        }
     }
+    out
 }
 
-/// A change to a SidecarSet's spec.
-type Edit = fn(&mut Value);
-
 #[test]
-fn validation_accepts_what_kruise_accepts() {
+fn validation_names_the_field_and_the_rule_and_accepts_what_kruise_accepts() {
     let fake = FakeCluster::new();
-    let with = |f: &dyn Fn(&mut Value)| {
-        let mut s = two_sidecars();
-        f(&mut s);
-        let obj = review(&fake, DEFAULT, Operation::Create, None, sidecarset("s", s), None).object.unwrap();
-        review(&fake, VALIDATE, Operation::Create, None, obj, None)
-    };
-    let cases: Vec<(&str, Edit)> = vec![
-        ("a percentage over 100 %", (|s| s["updateStrategy"] = json!({"maxUnavailable": "150%"}))),
-        (
-            "partition 0 beside a selector",
-            (|s| s["updateStrategy"] = json!({"partition": 0, "selector": {"matchLabels": {"canary": "true"}}})),
-        ),
-        (
-            "a native sidecar that is not updated in place",
-            (|s| {
-                s["initContainers"] = json!([{"name": "native", "image": "x:1", "restartPolicy": "Always"}]);
-                s["updateStrategy"] = json!({"type": "NotUpdate"});
-            }),
-        ),
-        (
-            "a SidecarSet as Kruise's defaulting stores it",
-            (|s| {
-                s["revisionHistoryLimit"] = json!(10);
-                s["containers"][0]["upgradeStrategy"] = json!({"upgradeType": "ColdUpgrade"});
-            }),
-        ),
-        (
-            "every valid operator",
-            (|s| {
-                s["selector"] = json!({"matchExpressions": [
-                {"key": "app", "operator": "In", "values": ["web"]}, {"key": "tier", "operator": "NotIn", "values": ["db"]},
-                {"key": "app", "operator": "Exists"}, {"key": "legacy", "operator": "DoesNotExist"}]})
-            }),
-        ),
-        (
-            "prefixed keys, empty and dotted values",
-            (|s| {
-                s["selector"] = json!({"matchLabels": {"app.kubernetes.io/name": "web_1.2", "kruise.io/x": ""},
-                    "matchExpressions": [{"key": "example.com/Tier-A", "operator": "NotIn", "values": ["", "A-b"]}]})
-            }),
-        ),
-    ];
-    for (what, f) in cases {
-        let r = with(&f);
-        assert!(r.allowed, "{what}: refused with {:?}", r.status.map(|s| s.message));
+    for (what, obj, want) in validation_cases() {
+        match want {
+            Some(want) => {
+                let msg = denial(&fake, obj, None);
+                assert!(msg.contains(&want), "{what}: want {want:?} in {msg:?}");
+            }
+            None => {
+                let obj = review(&fake, DEFAULT, Operation::Create, None, obj, None).object.unwrap();
+                let r = review(&fake, VALIDATE, Operation::Create, None, obj, None);
+                assert!(r.allowed, "{what}: refused with {:?}", r.status.map(|s| s.message));
+            }
+        }
     }
 }
 
