@@ -23,7 +23,7 @@
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, accepted_hashes, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
 use crate::types::{SidecarSet, SidecarSetStatus};
-use crate::{hot, inplace, order, revision, scope, settings, upgradable};
+use crate::{hot, inplace, order, revision, scope, upgradable};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -93,23 +93,7 @@ impl Reconciler for SidecarSetController {
         // and no hot upgrade half done.
         let available = |p: &Value| ready(p) && !restarting(p, &ss) && !hot::upgrading(p, &ss);
         // Kruise records the version before it counts (its status names the revision).
-        let (latest_revision, collision_count) =
-            match revision::register(ctx, &ss, settings::revision_namespace(&req.settings), || {
-                pods.iter().filter_map(|p| revision::of_pod(p, &name)).collect()
-            }) {
-                Ok((r, c)) => (Some(r), Some(c)),
-                Err(e) if e.is_conflict() => return Err(e.into()),
-                // No history (its namespace gone, say) does not stop the rollout.
-                Err(e) => {
-                    ctx.warning(
-                        &req.object,
-                        "RevisionNotRecorded",
-                        &format!("cannot record the ControllerRevision: {e}"),
-                    );
-                    let old = ss.status.clone().unwrap_or_default();
-                    (old.latest_revision, old.collision_count)
-                }
-            };
+        let (latest_revision, collision_count) = revision::record(ctx, req, &ss, &pods)?;
         let status = SidecarSetStatus {
             observed_generation: ss.metadata.generation,
             latest_revision: latest_revision.clone(),

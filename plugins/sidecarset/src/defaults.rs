@@ -52,7 +52,7 @@ pub fn default(ss: &mut SidecarSet) {
     }
     // Kruise's CRD default.
     if let Some(r) = &mut spec.injection_strategy.revision {
-        fill(&mut r.policy, crate::revision::ALWAYS);
+        fill(&mut r.policy, crate::pin::ALWAYS);
     }
     let (h, w) = hashes(spec);
     let a = ss.metadata.annotations.get_or_insert_with(Default::default);

@@ -31,7 +31,7 @@
 //!
 //! HotUpgrade sidecars run as Kruise's container pair (`hot`). Each version of a set is
 //! kept as a ControllerRevision with Kruise's data, names and numbering, and new Pods
-//! can be pinned to an earlier one (`revision`).
+//! can be pinned to an earlier one (`revision`, `pin`).
 //!
 //! Not as Kruise, and said rather than ignored: a percentage too large for any integer
 //! means all Pods (Kruise's result there is undefined or 0).
@@ -51,6 +51,7 @@ pub mod inplace;
 mod names;
 pub mod order;
 pub mod patch;
+pub mod pin;
 mod quantity;
 pub mod resources;
 pub mod revision;

@@ -81,11 +81,10 @@ fn validate_review(ctx: &Context<'_>, req: &AdmissionRequest, settings: &str) ->
 /// As Kruise's `validateSidecarSetInjectionStrategy`: the revision to inject is named
 /// and exists, and the policy is one Kruise knows.
 fn injected_revision(ctx: &Context<'_>, settings: &str, ss: &SidecarSet) -> Result<(), String> {
-    use crate::revision::{ALWAYS, PARTIAL};
+    use crate::pin::{ALWAYS, PARTIAL};
     let Some(info) = &ss.spec.injection_strategy.revision else { return Ok(()) };
     let f = "spec.injectionStrategy.revision";
-    crate::revision::find(ctx, ss, crate::settings::revision_namespace(settings), info)
-        .map_err(|e| format!("{f}: {e}"))?;
+    crate::pin::find(ctx, ss, crate::settings::revision_namespace(settings), info).map_err(|e| format!("{f}: {e}"))?;
     match info.policy.as_deref() {
         None | Some("" | ALWAYS | PARTIAL) => Ok(()),
         Some(p) => Err(format!("{f}.policy: Invalid policy {p:?}, supported: [{ALWAYS}, {PARTIAL}]")),
@@ -141,7 +140,7 @@ fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest, settings: &str) -> A
     let mut pinned = Vec::new();
     for s in &sets {
         let rev_ns = crate::settings::revision_namespace(settings);
-        match crate::revision::for_new_pod(ctx, s, rev_ns, &labels, &req.uid) {
+        match crate::pin::for_new_pod(ctx, s, rev_ns, &labels, &req.uid) {
             Ok(Some(old)) => pinned.push(old),
             Ok(None) => {}
             Err(e) => {
