@@ -65,6 +65,10 @@ def grant(wasm, name, settings_file=None, namespace=ACCOUNTS):
         args.append(f"--settings={settings_file}")
     rbac = subprocess.run(args, env=ENV, check=True, capture_output=True, text=True).stdout
     kubectl("apply", "-f", "-", stdin=rbac)
+    if name == "sidecarset":
+        # Where it keeps each SidecarSet's versions by default (Kruise's namespace);
+        # without it the controller records no revision and rolls nothing.
+        kubectl("apply", "-f", "-", stdin="apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kruise-system\n")
 
 
 def grant_dir(plugins_dir, namespace=ACCOUNTS):

@@ -89,6 +89,14 @@ pub fn plugin_rbac(plugin: &str, manifest: &Manifest, account: &Identity, host: 
             grants.entry((group.clone(), format!("{plural}{sub}"))).or_default().extend(rbac);
         }
     }
+    // The objects it owns name the primary as controller with blockOwnerDeletion; where
+    // the apiserver enforces owner-reference permissions (OwnerReferencesPermissionEnforcement),
+    // setting that takes `update` on the primary's finalizers.
+    if let Some((group, plural)) = resource(&manifest.primary).filter(|_| !manifest.owns.is_empty()) {
+        if !(limited && !manifest.namespaced) {
+            grants.entry((group, format!("{plural}/finalizers"))).or_default().insert(4);
+        }
+    }
     if !skipped.is_empty() {
         comments.push(format!(
             "# note: not granted: {} (cluster-scoped; the host refuses cluster-scoped calls for a plugin \
@@ -252,6 +260,8 @@ mod tests {
         [
             ("cache.example.com/memcacheds", "get list watch update"),
             ("cache.example.com/memcacheds/status", "update"),
+            // It owns Deployments: their owner references block the Memcached's deletion.
+            ("cache.example.com/memcacheds/finalizers", "update"),
             ("apps/deployments", "get list watch create update"),
             ("/pods", "get list watch"),
             ("/events", "create patch"),

@@ -414,11 +414,13 @@ pub fn wait_for_ca_bundle(name: &str) -> Result<()> {
 ///
 /// A start is the probe's `probe reconcile` line. An end is its `probe done` line, or the
 /// controller's line for a reconcile that ended early: a conflict retried (a stale
-/// cached read; quiet by design, so no WARN), a failure or a fault. Without those, a
+/// cached read; quiet by design, so no WARN) or an error the plugin returned. Without those, a
 /// reconcile that returned on a conflict would look as if it never ended, and the
 /// retry as a second reconcile running beside it.
 pub fn probe_intervals(log: &str) -> Vec<(String, bool, String)> {
-    const EARLY_ENDS: [&str; 3] = ["reconcile hit a conflict", "reconcile failed", "plugin fault"];
+    // Not a fault: that may be the host cutting the reconcile off, which a test of
+    // graceful ends must see as unfinished.
+    const EARLY_ENDS: [&str; 2] = ["reconcile hit a conflict", "reconcile failed"];
     log.lines()
         .filter_map(|l| {
             let start = l.contains("probe reconcile ");

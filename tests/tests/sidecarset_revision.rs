@@ -136,6 +136,15 @@ fn a_canary_rollout_pins_the_stable_pods_to_the_earlier_revision() -> Result<()>
     let e = apply(&set(&name, "1", bad)).expect_err("a missing revision is refused");
     assert!(e.contains("spec.injectionStrategy.revision") && e.contains("not found"), "{e}");
 
+    // Nor can another set pin this set's version (it would inject what that set was
+    // never admitted with).
+    let mut thief = stable("nginx:1.21.1");
+    thief["selector"] = json!({"matchLabels": {"app": "thief"}});
+    thief["injectionStrategy"] = json!({"revision": {"revisionName": first}});
+    let e = kubectl_stdin(&["create", "--dry-run=server", "-f", "-"], Some(&set(&format!("{name}-thief"), "0", thief)))
+        .expect_err("another set's revision is refused");
+    assert!(e.contains(&format!("is not a revision of SidecarSet {name}-thief")), "{e}");
+
     // The garbage collector removes the revisions with the set.
     kubectl(&["delete", "sidecarset", &name, "--wait=true"]).map_err(|e| anyhow!(e))?;
     eventually("the revisions are collected", Duration::from_secs(60), || {

@@ -93,7 +93,7 @@ impl Reconciler for SidecarSetController {
         // and no hot upgrade half done.
         let available = |p: &Value| ready(p) && !restarting(p, &ss) && !hot::upgrading(p, &ss);
         // Kruise records the version before it counts (its status names the revision).
-        let (latest_revision, collision_count) = revision::record(ctx, req, &ss, &pods)?;
+        let (latest_revision, collision_count) = revision::record(ctx, req, &ss, &matched)?;
         let status = SidecarSetStatus {
             observed_generation: ss.metadata.generation,
             latest_revision: latest_revision.clone(),

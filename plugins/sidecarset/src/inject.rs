@@ -240,8 +240,11 @@ pub fn set_pod_hash(pod: &mut Value, key: &str, name: &str, hash: &str, revision
     let mut m = annotation_map(pod, key);
     if let Some(e) = m.get_mut(name) {
         e["hash"] = json!(hash);
-        if let Some(r) = revision.filter(|r| !r.is_empty()) {
-            e["controllerRevision"] = json!(r);
+        // As Kruise rewrites the whole entry: a revision named before is not kept.
+        match (revision.filter(|r| !r.is_empty()), e.as_object_mut()) {
+            (Some(r), _) => e["controllerRevision"] = json!(r),
+            (None, Some(m)) => drop(m.remove("controllerRevision")),
+            (None, None) => {}
         }
     }
     pod["metadata"]["annotations"][key] = json!(serde_json::to_string(&m).unwrap_or_default());

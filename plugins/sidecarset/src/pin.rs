@@ -6,12 +6,11 @@
 //! Revisions are read only from the revision namespace, so one written anywhere else
 //! is never injected (SECURITY.md).
 
-use crate::defaults::{HASH, HASH_WITHOUT_IMAGE};
-use crate::revision::{CUSTOM_VERSION_LABEL, list};
-use crate::types::{SidecarSet, SidecarSetInjectRevision};
+use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, hashes};
+use crate::revision::{CUSTOM_VERSION_LABEL, NAME_LABEL, list, owned_by};
+use crate::types::{SidecarSet, SidecarSetInjectRevision, SidecarSetSpec};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use wasmop_sdk::{ClusterExt, Context};
 
@@ -24,8 +23,18 @@ pub fn find(
     info: &SidecarSetInjectRevision,
 ) -> Result<ControllerRevision, String> {
     if let Some(name) = &info.revision_name {
+        let set = ss.metadata.name.as_deref().unwrap_or_default();
         return match ctx.get_opt::<ControllerRevision>(Some(ns), name) {
-            Ok(Some(r)) => Ok(r),
+            // Stricter than Kruise, which takes any revision of that name: a set pins
+            // only its own versions (another set's would bring containers and
+            // patches this set was never admitted with).
+            Ok(Some(r))
+                if r.metadata.labels.as_ref().and_then(|l| l.get(NAME_LABEL)).map(String::as_str) == Some(set)
+                    && owned_by(&r, ss) =>
+            {
+                Ok(r)
+            }
+            Ok(Some(_)) => Err(format!("ControllerRevision {ns}/{name} is not a revision of SidecarSet {set}")),
             Ok(None) => Err(format!("ControllerRevision {ns}/{name} not found")),
             Err(e) => Err(format!("cannot read ControllerRevision {ns}/{name}: {e}")),
         };
@@ -41,30 +50,35 @@ pub fn find(
 }
 
 /// The set as it was at `rev` (Kruise's `GetHistorySidecarSet`): its sidecars, volumes,
-/// pull secrets and patches from the revision, the hashes it had then, and the
-/// revision's name as its latest.
-pub fn restore(ss: &SidecarSet, rev: &ControllerRevision) -> SidecarSet {
+/// pull secrets and patches from the revision, the hashes it had then (each one missing
+/// from the revision computed from the restored spec), and the revision's name as its
+/// latest. A revision whose data does not read as a SidecarSet's is an error, as in
+/// Kruise (never a set with no sidecars).
+pub fn restore(ss: &SidecarSet, rev: &ControllerRevision) -> Result<SidecarSet, String> {
+    let name = rev.metadata.name.as_deref().unwrap_or_default();
+    let mut spec = rev.data.as_ref().map(|d| d.0["spec"].clone()).unwrap_or_default();
+    let Some(fields) = spec.as_object_mut() else {
+        return Err(format!("ControllerRevision {name}: data.spec is not an object"));
+    };
+    fields.remove("$patch");
+    fields.retain(|_, v| !v.is_null());
+    let restored: SidecarSetSpec =
+        serde_json::from_value(spec).map_err(|e| format!("ControllerRevision {name}: data.spec: {e}"))?;
     let mut old = ss.clone();
-    let spec = rev.data.as_ref().map(|d| d.0["spec"].clone()).unwrap_or_default();
-    fn field<T: serde::de::DeserializeOwned + Default>(spec: &Value, key: &str) -> T {
-        serde_json::from_value(spec[key].clone()).unwrap_or_default()
-    }
-    old.spec.containers = field(&spec, "containers");
-    old.spec.init_containers = field(&spec, "initContainers");
-    old.spec.volumes = field(&spec, "volumes");
-    old.spec.image_pull_secrets = field(&spec, "imagePullSecrets");
-    old.spec.patch_pod_metadata = field(&spec, "patchPodMetadata");
+    old.spec.containers = restored.containers;
+    old.spec.init_containers = restored.init_containers;
+    old.spec.volumes = restored.volumes;
+    old.spec.image_pull_secrets = restored.image_pull_secrets;
+    old.spec.patch_pod_metadata = restored.patch_pod_metadata;
     let kept: BTreeMap<String, String> = rev.metadata.annotations.clone().unwrap_or_default();
+    let computed = hashes(&old.spec);
     let annotations = old.metadata.annotations.get_or_insert_default();
-    for key in [HASH, HASH_WITHOUT_IMAGE] {
-        // Missing from the revision: computed again from the restored spec.
-        match kept.get(key).filter(|h| !h.is_empty()) {
-            Some(h) => annotations.insert(key.into(), h.clone()),
-            None => annotations.remove(key),
-        };
+    for (key, fallback) in [(HASH, computed.0), (HASH_WITHOUT_IMAGE, computed.1)] {
+        let h = kept.get(key).filter(|h| !h.is_empty()).cloned().unwrap_or(fallback);
+        annotations.insert(key.into(), h);
     }
-    old.status.get_or_insert_default().latest_revision = rev.metadata.name.clone();
-    old
+    old.status.get_or_insert_default().latest_revision = Some(name.to_owned());
+    Ok(old)
 }
 
 /// Which version of `ss` a new Pod with `labels` gets (Kruise's
@@ -88,7 +102,7 @@ pub fn for_new_pod(
     else {
         return Ok(None);
     };
-    let old = restore(ss, &find(ctx, ss, ns, info)?);
+    let old = restore(ss, &find(ctx, ss, ns, info)?)?;
     let s = &ss.spec.update_strategy;
     if s.paused || info.policy.as_deref() != Some(PARTIAL) {
         return Ok(Some(old));
@@ -99,10 +113,12 @@ pub fn for_new_pod(
         return Ok(Some(old));
     }
     let Some(IntOrString::String(p)) = &s.partition else { return Ok(None) };
-    let pct: f64 =
-        p.replace('%', "").parse::<i64>().map_err(|_| format!("updateStrategy.partition {p:?} is not a percentage"))?
-            as f64
-            / 100.0;
+    // Kruise's ParsePercentageAsFloat64; validation admitted it, and one over 100 %
+    // (however large) means every Pod.
+    let digits = p.strip_suffix('%').filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+    let Some(pct) = digits.map(|d| d.parse::<f64>().unwrap_or(f64::MAX) / 100.0) else {
+        return Err(format!("updateStrategy.partition {p:?} is not a percentage"));
+    };
     Ok((chance(uid) <= pct).then_some(old))
 }
 

@@ -151,17 +151,21 @@ fn same_data(a: &ControllerRevision, b: &ControllerRevision) -> bool {
     a.data == b.data
 }
 
+/// True when `rev` is controlled by `ss` or by nothing (Kubernetes'
+/// `ListControllerRevisions` keeps those).
+pub fn owned_by(rev: &ControllerRevision, ss: &SidecarSet) -> bool {
+    let uid = ss.metadata.uid.as_deref().unwrap_or_default();
+    let controller = rev.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
+    controller.is_none_or(|o| o.uid == uid)
+}
+
 /// The set's revisions, oldest first (Kubernetes' `SortControllerRevisions`): those
 /// labelled with its name and controlled by it or by nothing.
 pub fn list(ctx: &Context<'_>, ss: &SidecarSet, ns: &str) -> Result<Vec<ControllerRevision>, Error> {
     let name = ss.metadata.name.as_deref().unwrap_or_default();
-    let uid = ss.metadata.uid.as_deref().unwrap_or_default();
     let mut revs: Vec<ControllerRevision> =
         ctx.list_of(&ListParams::namespace(ns).labels(&format!("{NAME_LABEL}={name}")))?;
-    revs.retain(|r| {
-        let controller = r.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
-        controller.is_none_or(|o| o.uid == uid)
-    });
+    revs.retain(|r| owned_by(r, ss));
     revs.sort_by(|a, b| {
         (a.revision, &a.metadata.creation_timestamp, &a.metadata.name).cmp(&(
             b.revision,
@@ -172,30 +176,31 @@ pub fn list(ctx: &Context<'_>, ss: &SidecarSet, ns: &str) -> Result<Vec<Controll
     Ok(revs)
 }
 
-/// The set's latest ControllerRevision and collision count ([`register`]).
-/// Without a history (its namespace gone, say) the rollout still goes on, with a
-/// warning Event; a set being deleted gets no new revision (its owner is going).
+/// The set's latest ControllerRevision and collision count ([`register`]). As Kruise:
+/// without a recorded revision nothing is counted or rolled (the reconcile fails, with
+/// a warning Event saying why, and is retried), so no Pod is written naming a revision
+/// that is not its version. A set being deleted gets no new revision (its owner is
+/// going).
 pub fn record(
     ctx: &Context<'_>,
     req: &Request,
     ss: &SidecarSet,
-    pods: &[Value],
+    pods: &[&Value],
 ) -> Result<(Option<String>, Option<i32>), ReconcileError> {
-    let kept = || {
-        let old = ss.status.clone().unwrap_or_default();
-        (old.latest_revision, old.collision_count)
-    };
     if ss.metadata.deletion_timestamp.is_some() {
-        return Ok(kept());
+        let old = ss.status.clone().unwrap_or_default();
+        return Ok((old.latest_revision, old.collision_count));
     }
     let name = ss.metadata.name.as_deref().unwrap_or_default();
+    let ns = crate::settings::revision_namespace(&req.settings);
     let in_use = || pods.iter().filter_map(|p| of_pod(p, name)).collect();
-    match register(ctx, ss, crate::settings::revision_namespace(&req.settings), in_use) {
+    match register(ctx, ss, ns, in_use) {
         Ok((r, c)) => Ok((Some(r), Some(c))),
         Err(e) if e.is_conflict() => Err(e.into()),
         Err(e) => {
-            ctx.warning(&req.object, "RevisionNotRecorded", &format!("cannot record the ControllerRevision: {e}"));
-            Ok(kept())
+            let msg = format!("cannot record the ControllerRevision in namespace {ns}: {e}");
+            ctx.warning(&req.object, "RevisionNotRecorded", &msg);
+            Err(ReconcileError::retry(msg))
         }
     }
 }
@@ -240,7 +245,11 @@ pub fn register(
             *last = latest.clone();
         }
     }
-    truncate(ctx, ss, &revs, in_use)?;
+    // As Kruise: a revision that could not be deleted now is tried again next time;
+    // the latest is recorded either way.
+    if let Err(e) = truncate(ctx, ss, &revs, in_use) {
+        ctx.info("cannot delete an old ControllerRevision", &[("error", &e.to_string())]);
+    }
     Ok((latest.metadata.name.unwrap_or_default(), collisions))
 }
 
@@ -266,7 +275,9 @@ fn create(
                 );
                 let taken: ControllerRevision =
                     serde_json::from_value(ctx.get_live(&at)?).map_err(|e| Error::Internal(e.to_string()))?;
-                if same_data(&taken, &rev) {
+                // Another owner's (a set of the same name deleted and created again,
+                // before the garbage collector ran) is not ours: a collision.
+                if same_data(&taken, &rev) && owned_by(&taken, ss) {
                     return Ok(taken);
                 }
                 *collisions += 1;

@@ -237,6 +237,11 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
     if let Some(n) = ss.spec.revision_history_limit.filter(|n| *n < 0) {
         errs.push(format!("spec.revisionHistoryLimit: must be a non-negative integer, got {n}"));
     }
+    // It labels the set's ControllerRevisions (stricter than Kruise, which then fails
+    // to record any).
+    if let Some(e) = ss.spec.custom_version.as_deref().and_then(crate::names::label_value) {
+        errs.push(format!("spec.customVersion: {e}"));
+    }
     let volumes: BTreeSet<&str> = ss.spec.volumes.iter().map(|v| v.name.as_str()).collect();
     let mut seen = BTreeSet::new();
     containers("initContainers", &ss.spec.init_containers, &volumes, &mut seen, &mut errs);

@@ -84,7 +84,13 @@ fn injected_revision(ctx: &Context<'_>, settings: &str, ss: &SidecarSet) -> Resu
     use crate::pin::{ALWAYS, PARTIAL};
     let Some(info) = &ss.spec.injection_strategy.revision else { return Ok(()) };
     let f = "spec.injectionStrategy.revision";
-    crate::pin::find(ctx, ss, crate::settings::revision_namespace(settings), info).map_err(|e| format!("{f}: {e}"))?;
+    let rev = crate::pin::find(ctx, ss, crate::settings::revision_namespace(settings), info)
+        .map_err(|e| format!("{f}: {e}"))?;
+    // What it would inject must read, and its patches pass the admin's whitelist as
+    // it stands now.
+    let old = crate::pin::restore(ss, &rev).map_err(|e| format!("{f}: {e}"))?;
+    crate::whitelist::check(settings, &old)
+        .map_err(|e| format!("{f} ({}): {e}", rev.metadata.name.unwrap_or_default()))?;
     match info.policy.as_deref() {
         None | Some("" | ALWAYS | PARTIAL) => Ok(()),
         Some(p) => Err(format!("{f}.policy: Invalid policy {p:?}, supported: [{ALWAYS}, {PARTIAL}]")),

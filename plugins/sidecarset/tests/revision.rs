@@ -243,7 +243,7 @@ fn partial_pins_pods_outside_the_update_selector_and_draws_the_rest_by_partition
     let stable = new_pod(&fake, "s0", json!({"app": "web", "version": "stable"}), "u1");
     assert_eq!(sidecar_image(&stable), "nginx:1.20.1", "outside the update selector: the pinned version");
     let canary = new_pod(&fake, "c0", json!({"app": "web", "version": "canary"}), "u2");
-    assert_eq!(sidecar_image(&canary), "nginx:1.21.1", "an int partition: the latest");
+    assert_eq!(sidecar_image(&canary), "nginx:1.21.1", "an int partition (the default 0): the latest");
 
     // A percentage partition is the chance of the pinned version.
     update(&fake, |s| s["spec"]["updateStrategy"]["partition"] = json!("50%"));
@@ -259,6 +259,20 @@ fn partial_pins_pods_outside_the_update_selector_and_draws_the_rest_by_partition
         .collect();
     let old = images.iter().filter(|i| *i == "nginx:1.20.1").count();
     assert!((8..=32).contains(&old), "{old} of 40 pinned at 50 %");
+    for (partition, want) in
+        [("0%", "nginx:1.21.1"), ("100%", "nginx:1.20.1"), ("99999999999999999999%", "nginx:1.20.1")]
+    {
+        update(&fake, |s| s["spec"]["updateStrategy"]["partition"] = json!(partition));
+        for i in 0..5 {
+            let p = new_pod(
+                &fake,
+                &format!("{partition}-{i}"),
+                json!({"app": "web", "version": "canary"}),
+                &format!("{partition}{i}"),
+            );
+            assert_eq!(sidecar_image(&p), want, "partition {partition}");
+        }
+    }
 }
 
 fn validate(fake: &FakeCluster, ss: Value) -> Result<(), String> {
@@ -269,26 +283,90 @@ fn validate(fake: &FakeCluster, ss: Value) -> Result<(), String> {
 }
 
 #[test]
-fn the_revision_to_inject_must_be_named_exist_and_have_a_known_policy() {
+fn the_revision_to_inject_must_be_named_exist_be_the_sets_own_and_have_a_known_policy() {
     let fake = FakeCluster::new();
     let names = six_versions(&fake);
-    let with = |r: Value| {
+    let other = |r: Value| {
         let mut s = set("nginx:1");
         s["metadata"]["name"] = json!("other");
         s["spec"]["selector"] = json!({"matchLabels": {"app": "other"}});
         s["spec"]["injectionStrategy"] = json!({"revision": r});
         s
     };
-    let err = validate(&fake, with(json!({"policy": "Always"}))).unwrap_err();
+    let mesh = |r: Value| {
+        let mut s = fake.object(&ss_key()).unwrap();
+        s["spec"]["injectionStrategy"] = json!({"revision": r});
+        s
+    };
+    let err = validate(&fake, other(json!({"policy": "Always"}))).unwrap_err();
     assert!(err.contains("revisionName and customVersion cannot be empty simultaneously"), "{err}");
-    let err = validate(&fake, with(json!({"revisionName": "nope"}))).unwrap_err();
+    let err = validate(&fake, other(json!({"revisionName": "nope"}))).unwrap_err();
     assert!(err.contains("spec.injectionStrategy.revision") && err.contains("not found"), "{err}");
-    validate(&fake, with(json!({"revisionName": names[2]}))).unwrap();
-    let err = validate(&fake, with(json!({"revisionName": names[2], "policy": "Sometimes"}))).unwrap_err();
-    assert!(err.contains("spec.injectionStrategy.revision.policy"), "{err}");
-    // By custom version: only this set's revisions count.
-    let err = validate(&fake, with(json!({"customVersion": "3"}))).unwrap_err();
+    // Stricter than Kruise: another set's version would bring what this set was never
+    // admitted with.
+    let err = validate(&fake, other(json!({"revisionName": names[2]}))).unwrap_err();
+    assert!(err.contains("is not a revision of SidecarSet other"), "{err}");
+    let err = validate(&fake, other(json!({"customVersion": "3"}))).unwrap_err();
     assert!(err.contains("customVersion"), "{err}");
+    validate(&fake, mesh(json!({"revisionName": names[2]}))).unwrap();
+    let err = validate(&fake, mesh(json!({"revisionName": names[2], "policy": "Sometimes"}))).unwrap_err();
+    assert!(err.contains("spec.injectionStrategy.revision.policy"), "{err}");
+}
+
+#[test]
+fn a_revision_whose_data_does_not_read_is_refused_not_injected_empty() {
+    let fake = FakeCluster::new();
+    let names = six_versions(&fake);
+    let at = ObjectRef::new(&rev_kind(), Some(NS), &names[1]);
+    fake.edit(&at, |r| r["data"]["spec"]["containers"] = json!("not a list")).unwrap();
+    let mut s = fake.object(&ss_key()).unwrap();
+    s["spec"]["injectionStrategy"] = json!({"revision": {"revisionName": names[1]}});
+    let err = validate(&fake, s.clone()).unwrap_err();
+    assert!(err.contains("data.spec"), "{err}");
+    // Stored anyway (before the revision broke, say): new Pods are refused, not
+    // admitted without their sidecars.
+    fake.edit(&ss_key(), |o| *o = admit(&fake, DEFAULT, None, s)).unwrap();
+    let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "demo", "labels": {"app": "web"}},
+                   "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
+    let req = AdmissionRequest {
+        operation: Operation::Create,
+        namespace: Some("demo".into()),
+        object: Some(p),
+        ..Default::default()
+    };
+    let r = SidecarSetWebhooks::review(&Context::new(&fake), INJECT, "", &req);
+    assert!(!r.allowed, "{r:?}");
+}
+
+#[test]
+fn without_a_recorded_revision_nothing_is_rolled() {
+    // Kruise's order: the revision first; a Pod never names a revision that is not its
+    // version.
+    let fake = FakeCluster::new();
+    fake.seed(admit(&fake, DEFAULT, None, set("envoy:1"))).unwrap();
+    reconcile(&fake);
+    new_pod(&fake, "p0", json!({"app": "web"}), "u0");
+    kubelet(&fake, "p0");
+    reconcile(&fake);
+    let mut ss = fake.object(&ss_key()).unwrap();
+    ss["spec"]["containers"][0]["image"] = json!("envoy:2");
+    let ss = admit(&fake, DEFAULT, None, ss);
+    fake.edit(&ss_key(), |o| *o = ss).unwrap();
+    // Every name the new version could take is held by other data (100 collisions).
+    let spec: SidecarSet = serde_json::from_value(fake.object(&ss_key()).unwrap()).unwrap();
+    let text = revision::data(&spec.spec);
+    for c in 0..100 {
+        let name = format!("mesh-{}", revision::hash(&text, c));
+        fake.seed(json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                         "metadata": {"name": name, "namespace": NS}, "revision": 1, "data": {"other": c}}))
+            .unwrap();
+    }
+    let req = Request { object: ss_key(), current: fake.object(&ss_key()), settings: String::new() };
+    let err = SidecarSetController::reconcile(&Context::new(&fake), &req).unwrap_err();
+    assert!(format!("{err:?}").contains("after 100 collisions"), "{err:?}");
+    let p = fake.object(&ObjectRef::new(&pod_kind(), Some("demo"), "p0")).unwrap();
+    assert_eq!(sidecar_image(&p), "envoy:1", "nothing rolled");
+    assert!(fake.events().iter().any(|e| e.reason == "RevisionNotRecorded"), "{:?}", fake.events());
 }
 
 #[test]
