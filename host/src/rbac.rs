@@ -92,10 +92,11 @@ pub fn plugin_rbac(plugin: &str, manifest: &Manifest, account: &Identity, host: 
     // The objects it owns name the primary as controller with blockOwnerDeletion; where
     // the apiserver enforces owner-reference permissions (OwnerReferencesPermissionEnforcement),
     // setting that takes `update` on the primary's finalizers.
-    if let Some((group, plural)) = resource(&manifest.primary).filter(|_| !manifest.owns.is_empty()) {
-        if !(limited && !manifest.namespaced) {
-            grants.entry((group, format!("{plural}/finalizers"))).or_default().insert(4);
-        }
+    // (A cluster-scoped primary of a plugin limited to namespaces is skipped, as above.)
+    if let Some((group, plural)) = resource(&manifest.primary).filter(|_| !manifest.owns.is_empty())
+        && (!limited || manifest.namespaced)
+    {
+        grants.entry((group, format!("{plural}/finalizers"))).or_default().insert(4);
     }
     if !skipped.is_empty() {
         comments.push(format!(
