@@ -82,15 +82,24 @@ pub fn namespace(spec: &SidecarSetSpec) -> Option<&str> {
     spec.namespace.as_deref().filter(|n| !n.is_empty())
 }
 
+/// The namespaces a set is limited to, as a selector: its `namespaceSelector`, or its
+/// v1alpha1 `namespace` as the selector Kruise's conversion makes of it
+/// (`kubernetes.io/metadata.name`), so a set limited either way is compared with one
+/// limited the other way.
+fn namespaces(spec: &SidecarSetSpec) -> Option<std::borrow::Cow<'_, LabelSelector>> {
+    use std::borrow::Cow;
+    if let Some(sel) = &spec.namespace_selector {
+        return Some(Cow::Borrowed(sel));
+    }
+    let ns = namespace(spec)?;
+    let labels = BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), ns.to_owned())]);
+    Some(Cow::Owned(LabelSelector { match_labels: Some(labels), ..Default::default() }))
+}
+
 /// Whether the two SidecarSets can select a common Pod.
 pub fn scopes_overlap(a: &SidecarSetSpec, b: &SidecarSetSpec) -> bool {
-    if let (Some(x), Some(y)) = (namespace(a), namespace(b))
-        && x != y
-    {
-        return false;
-    }
-    if let (Some(x), Some(y)) = (&a.namespace_selector, &b.namespace_selector)
-        && !overlap(x, y)
+    if let (Some(x), Some(y)) = (namespaces(a), namespaces(b))
+        && !overlap(&x, &y)
     {
         return false;
     }
@@ -167,5 +176,19 @@ mod tests {
         assert!(overlap(&web, &tier), "different keys can both hold");
         assert_eq!(to_query(&sel(&[("app", "web")], &[("env", "In", &["a", "b"])])).unwrap(), "app=web,env in (a,b)");
         assert_eq!(to_query(&sel(&[("app", "web")], &[("env", "Equals", &["a"])])), None, "selects nothing");
+    }
+
+    #[test]
+    fn a_namespace_and_a_namespace_selector_are_compared_as_kruise_converts_them() {
+        let spec = |ns: Option<&str>, ns_sel: Option<&str>| SidecarSetSpec {
+            selector: Some(sel(&[("app", "web")], &[])),
+            namespace: ns.map(Into::into),
+            namespace_selector: ns_sel.map(|n| sel(&[("kubernetes.io/metadata.name", n)], &[])),
+            ..Default::default()
+        };
+        assert!(!scopes_overlap(&spec(Some("a"), None), &spec(None, Some("b"))));
+        assert!(scopes_overlap(&spec(Some("a"), None), &spec(None, Some("a"))));
+        assert!(!scopes_overlap(&spec(Some("a"), None), &spec(Some("b"), None)));
+        assert!(scopes_overlap(&spec(None, None), &spec(None, Some("b"))), "an unlimited set meets every one");
     }
 }
