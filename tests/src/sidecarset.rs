@@ -126,30 +126,60 @@ pub fn restart_container(ns: &str, pod: &str, image: &str) -> Result<()> {
     Ok(())
 }
 
-/// What a kubelet reports after in-place image changes of Pod `ns/pod`: each container
-/// whose reported image differs from its spec's runs the spec's image now, with a new
-/// imageID, and is ready (kwok reports nothing after an in-place update). Only Pod
-/// status is written. Returns how many containers it restarted.
+/// Images no registry serves, as Kruise's e2e `InvalidImage`: the stand-in kubelet
+/// below fails to pull them.
+pub const UNPULLABLE: &str = "invalid.registry.k8s.io/";
+
+/// What a kubelet reports after in-place image changes of Pod `ns/pod` (kwok reports
+/// nothing after an in-place update): each container whose reported image differs
+/// from its spec's runs the spec's image now, with a new imageID, and is ready; one
+/// whose image cannot be pulled (`UNPULLABLE`) waits in `ErrImagePull`, not ready,
+/// with no imageID. The Pod is Ready when all its containers are. Only Pod status is
+/// written. Returns how many containers it changed.
 pub fn play_kubelet(ns: &str, pod: &str) -> Result<usize> {
     let Some(p) = get_json(&["pod", "-n", ns, pod]) else { bail!("pod {ns}/{pod} not found") };
     let spec = p["spec"]["containers"].as_array().cloned().unwrap_or_default();
-    let mut ops = Vec::new();
-    for (i, s) in p["status"]["containerStatuses"].as_array().into_iter().flatten().enumerate() {
+    let mut statuses = p["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
+    let mut changed = 0;
+    for s in &mut statuses {
         let Some(c) = spec.iter().find(|c| c["name"] == s["name"]) else { continue };
-        if c["image"] != s["image"] {
-            let path = |f: &str| format!("/status/containerStatuses/{i}/{f}");
-            ops.push(json!({"op": "replace", "path": path("image"), "value": c["image"]}));
+        let image = c["image"].as_str().unwrap_or("");
+        let failing = s["state"]["waiting"]["reason"] == "ErrImagePull";
+        if image.starts_with(UNPULLABLE) {
+            if !(failing && s["image"] == image) {
+                s["image"] = json!(image);
+                s["imageID"] = json!("");
+                s["ready"] = json!(false);
+                s["started"] = json!(false);
+                s["state"] = json!({"waiting": {"reason": "ErrImagePull", "message": format!("cannot pull {image}")}});
+                changed += 1;
+            }
+        } else if s["image"] != image || failing {
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            let id =
-                format!("docker.io/restarted/{}@sha256:{:064x}", c["name"].as_str().unwrap_or(""), nanos.as_nanos());
-            ops.push(json!({"op": "add", "path": path("imageID"), "value": id}));
-            ops.push(json!({"op": "replace", "path": path("ready"), "value": true}));
+            let name = c["name"].as_str().unwrap_or("");
+            s["image"] = json!(image);
+            s["imageID"] = json!(format!("docker.io/restarted/{name}@sha256:{:064x}", nanos.as_nanos()));
+            s["ready"] = json!(true);
+            s["started"] = json!(true);
+            s["state"] = json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}});
+            changed += 1;
         }
     }
-    if !ops.is_empty() {
-        let patch = Value::Array(ops.clone()).to_string();
-        kubectl(&["patch", "pod", "-n", ns, pod, "--subresource=status", "--type=json", "-p", &patch])
-            .map_err(anyhow::Error::msg)?;
+    if changed == 0 {
+        return Ok(0);
     }
-    Ok(ops.len() / 3)
+    let all_ready = if statuses.iter().all(|s| s["ready"] == true) { "True" } else { "False" };
+    let mut conditions = p["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    for c in &mut conditions {
+        if c["type"] == "Ready" || c["type"] == "ContainersReady" {
+            c["status"] = json!(all_ready);
+        }
+    }
+    let patch = json!([
+        {"op": "replace", "path": "/status/containerStatuses", "value": statuses},
+        {"op": "replace", "path": "/status/conditions", "value": conditions},
+    ]);
+    kubectl(&["patch", "pod", "-n", ns, pod, "--subresource=status", "--type=json", "-p", &patch.to_string()])
+        .map_err(anyhow::Error::msg)?;
+    Ok(changed)
 }
