@@ -106,7 +106,12 @@ impl Reconciler for SidecarSetController {
         if ss.status.as_ref() != Some(&status) {
             let mut next = ss.clone();
             next.status = Some(status);
-            ctx.update_status_obj(&next)?;
+            match ctx.update_status_obj(&next) {
+                // Deleted since the host read it: nothing left to count or roll.
+                Err(e) if e.is_not_found() => return Ok(Action::done()),
+                Err(e) => return Err(e.into()),
+                Ok(_) => {}
+            }
         }
 
         let s = &ss.spec.update_strategy;

@@ -487,3 +487,16 @@ fn pods_injected_before_the_new_defaults_stay_updatable() {
     reconcile(&fake);
     assert_eq!(image_of(&fake, "older"), "busybox:1.37");
 }
+
+#[test]
+fn a_set_deleted_since_the_host_read_it_ends_the_reconcile_quietly() {
+    use wasmop_sdk::Cluster;
+    let fake = FakeCluster::new();
+    setup(&fake, json!({}), 1);
+    let stale = fake.object(&ss_key());
+    fake.delete(&ss_key()).unwrap();
+    // The host's copy still has it; its status write finds it gone.
+    let req = Request { object: ss_key(), current: stale, settings: String::new() };
+    let done = SidecarSetController::reconcile(&Context::new(&fake), &req);
+    assert_eq!(done, Ok(wasmop_sdk::Action::done()));
+}
