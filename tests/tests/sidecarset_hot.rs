@@ -35,6 +35,24 @@ fn the_pod(ns: &str) -> Result<(String, Images, [String; 3])> {
     Ok((p["metadata"]["name"].as_str().unwrap().to_owned(), images.collect(), versions))
 }
 
+/// A HotUpgrade sidecar `envoy` at `image`, for Pods app=mesh in `ns`.
+fn hot_spec(ns: &str, image: &str) -> Value {
+    json!({"namespace": ns, "selector": {"matchLabels": {"app": "mesh"}},
+           "containers": [{"name": "envoy", "image": image,
+                           "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "busybox:1.36"}}]})
+}
+
+/// The set at nginx:1.27, then a Deployment of `replicas` Pods app=mesh it selects.
+fn start(name: &str, ns: &str, spec: &dyn Fn(&str) -> Value, replicas: u32) -> Result<()> {
+    apply(&sidecarset(name, spec("nginx:1.27"))).map_err(anyhow::Error::msg)?;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mesh", "namespace": ns},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "mesh"}},
+                 "template": {"metadata": {"labels": {"app": "mesh"}},
+                              "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}}});
+    apply(&deployment.to_string()).map_err(anyhow::Error::msg)?;
+    Ok(())
+}
+
 fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
     v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
 }
@@ -80,17 +98,8 @@ fn a_hot_upgrade_sidecar_runs_as_a_pair_and_is_upgraded_without_stopping() -> Re
     let (_h, _configs) = host("wasmop-e2e-hot", &[&ns.0])?;
     let name = format!("mesh-{}", ns.0);
     let _cleanup = Cleanup(vec![name.clone()]);
-    let spec = |image: &str| {
-        json!({"namespace": ns.0, "selector": {"matchLabels": {"app": "mesh"}},
-               "containers": [{"name": "envoy", "image": image,
-                               "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "busybox:1.36"}}]})
-    };
-    apply(&sidecarset(&name, spec("nginx:1.27"))).map_err(anyhow::Error::msg)?;
-    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mesh", "namespace": ns.0},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "mesh"}},
-                 "template": {"metadata": {"labels": {"app": "mesh"}},
-                              "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}}});
-    apply(&deployment.to_string()).map_err(anyhow::Error::msg)?;
+    let spec = |image: &str| hot_spec(&ns.0, image);
+    start(&name, &ns.0, &spec, 1)?;
     let (_, images, versions) = eventually("the Deployment's Pod", Duration::from_secs(60), || the_pod(&ns.0))?;
     assert_eq!(images, pairs(&[("envoy-1", "nginx:1.27"), ("envoy-2", "busybox:1.36"), ("main", "nginx:1.27")]));
     assert_eq!(versions, ["1".to_owned(), "0".to_owned(), r#"{"envoy":"envoy-1"}"#.to_owned()]);
@@ -172,17 +181,8 @@ fn a_hot_upgrade_to_an_unpullable_image_stops_at_max_unavailable_and_a_good_imag
     let (_h, _configs) = host("wasmop-e2e-hotfail", &[&ns.0])?;
     let name = format!("mesh-{}", ns.0);
     let _cleanup = Cleanup(vec![name.clone()]);
-    let spec = |image: &str| {
-        json!({"namespace": ns.0, "selector": {"matchLabels": {"app": "mesh"}},
-               "containers": [{"name": "envoy", "image": image,
-                               "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "busybox:1.36"}}]})
-    };
-    apply(&sidecarset(&name, spec("nginx:1.27"))).map_err(anyhow::Error::msg)?;
-    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mesh", "namespace": ns.0},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "mesh"}},
-                 "template": {"metadata": {"labels": {"app": "mesh"}},
-                              "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}}});
-    apply(&deployment.to_string()).map_err(anyhow::Error::msg)?;
+    let spec = |image: &str| hot_spec(&ns.0, image);
+    start(&name, &ns.0, &spec, 2)?;
     settle(&name, &ns.0, [2, 2, 2, 2])?;
 
     // The new image cannot be pulled: the one Pod maxUnavailable (1) allows takes it
