@@ -70,13 +70,19 @@ pub fn restore(ss: &SidecarSet, rev: &ControllerRevision) -> Result<SidecarSet, 
     old.spec.volumes = restored.volumes;
     old.spec.image_pull_secrets = restored.image_pull_secrets;
     old.spec.patch_pod_metadata = restored.patch_pod_metadata;
-    let kept: BTreeMap<String, String> = rev.metadata.annotations.clone().unwrap_or_default();
-    let computed = hashes(&old.spec);
+    // The revision keeps the set's hashes of that version; computed only when missing
+    // (this runs for every Pod admitted to a pinned set).
+    let kept = |key: &str| rev.metadata.annotations.as_ref()?.get(key).filter(|h| !h.is_empty()).cloned();
+    let (hash, without_image) = match (kept(HASH), kept(HASH_WITHOUT_IMAGE)) {
+        (Some(h), Some(w)) => (h, w),
+        (h, w) => {
+            let computed = hashes(&old.spec);
+            (h.unwrap_or(computed.0), w.unwrap_or(computed.1))
+        }
+    };
     let annotations = old.metadata.annotations.get_or_insert_default();
-    for (key, fallback) in [(HASH, computed.0), (HASH_WITHOUT_IMAGE, computed.1)] {
-        let h = kept.get(key).filter(|h| !h.is_empty()).cloned().unwrap_or(fallback);
-        annotations.insert(key.into(), h);
-    }
+    annotations.insert(HASH.into(), hash);
+    annotations.insert(HASH_WITHOUT_IMAGE.into(), without_image);
     old.status.get_or_insert_default().latest_revision = Some(name.to_owned());
     Ok(old)
 }

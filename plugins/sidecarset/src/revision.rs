@@ -121,11 +121,11 @@ fn revision_name(set: &str, hash: &str) -> String {
     format!("{prefix}-{hash}")
 }
 
-/// A new revision of `ss` (Kruise's `NewRevision`), numbered `number`.
-fn new_revision(ss: &SidecarSet, ns: &str, number: i64, collisions: i32) -> ControllerRevision {
+/// A new revision of `ss` (Kruise's `NewRevision`), numbered `number`, with its data
+/// `text` (from [`data`]).
+fn new_revision(ss: &SidecarSet, text: &str, ns: &str, number: i64, collisions: i32) -> ControllerRevision {
     let name = ss.metadata.name.clone().unwrap_or_default();
-    let text = data(&ss.spec);
-    let h = hash(&text, collisions);
+    let h = hash(text, collisions);
     let mut labels = ss.metadata.labels.clone().unwrap_or_default();
     labels.insert(HASH_LABEL.into(), h.clone());
     labels.insert(NAME_LABEL.into(), name.clone());
@@ -142,7 +142,7 @@ fn new_revision(ss: &SidecarSet, ns: &str, number: i64, collisions: i32) -> Cont
             owner_references: controller_ref(ss).map(|r| vec![r]),
             ..Default::default()
         },
-        data: Some(RawExtension(serde_json::from_str(&text).unwrap_or_default())),
+        data: Some(RawExtension(serde_json::from_str(text).unwrap_or_default())),
         revision: number,
     }
 }
@@ -217,7 +217,8 @@ pub fn register(
     let mut revs = list(ctx, ss, ns)?;
     let mut collisions = ss.status.as_ref().and_then(|s| s.collision_count).unwrap_or(0);
     let next = revs.last().map_or(1, |r| r.revision + 1);
-    let wanted = new_revision(ss, ns, next, collisions);
+    let text = data(&ss.spec);
+    let wanted = new_revision(ss, &text, ns, next, collisions);
     let equal = revs.iter().rposition(|r| same_data(r, &wanted));
     let mut latest = match equal {
         // Unchanged.
@@ -231,7 +232,7 @@ pub fn register(
             r
         }
         None => {
-            let r = create(ctx, ss, wanted, &mut collisions)?;
+            let r = create(ctx, ss, &text, wanted, &mut collisions)?;
             revs.push(r.clone());
             r
         }
@@ -254,17 +255,18 @@ pub fn register(
 }
 
 /// Kruise's `CreateControllerRevision`: a name already taken by the same data is that
-/// revision (a cache that had not seen it yet); by other data, a collision.
+/// revision (a cache that had not seen it yet); by other data, a collision. `text` is
+/// the revision's data as [`data`] wrote it.
 fn create(
     ctx: &Context<'_>,
     ss: &SidecarSet,
+    text: &str,
     mut rev: ControllerRevision,
     collisions: &mut i32,
 ) -> Result<ControllerRevision, Error> {
     let name = ss.metadata.name.as_deref().unwrap_or_default();
-    let text = data(&ss.spec);
     for _ in 0..100 {
-        rev.metadata.name = Some(revision_name(name, &hash(&text, *collisions)));
+        rev.metadata.name = Some(revision_name(name, &hash(text, *collisions)));
         match ctx.create_obj(&rev) {
             Err(Error::AlreadyExists(_)) => {
                 // Read live: the cache may not hold it yet.
