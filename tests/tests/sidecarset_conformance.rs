@@ -2,8 +2,8 @@
 //! `plugins/sidecarset/tests/data/validation-cases.json` (the table the plugin's unit
 //! tests run on the SDK's fake cluster, taken from Kruise's validating webhook and its
 //! test tables) sent as `kubectl create --dry-run=server`, which validates fields
-//! strictly, as a user's kubectl does: each denied case is refused with its message,
-//! naming the field, and each allowed one is admitted. And the move from Kruise: sets
+//! strictly, as a user's kubectl does, in both API versions: each denied case is
+//! refused with its message, naming the field, and each allowed one is admitted. And the move from Kruise: sets
 //! exported from a Kruise cluster and the Pods Kruise injected, taken over unchanged.
 
 use anyhow::{Result, bail};
@@ -36,19 +36,28 @@ fn kruises_validation_rules_hold_through_the_apiserver() -> Result<()> {
             if obj["metadata"]["name"] == "s" {
                 obj["metadata"]["name"] = format!("{}-{checked}", ns.0).into();
             }
-            let what = c["why"].as_str().map_or_else(|| c["patch"].to_string(), str::to_owned);
-            let out = kubectl_stdin(&["create", "--dry-run=server", "-f", "-"], Some(&obj.to_string()));
-            match (out, denied) {
-                (Ok(_), false) => {}
-                (Err(e), true) if e.contains(c["message"].as_str().unwrap()) => {}
-                (Ok(_), true) => wrong.push(format!("{what}: admitted, want {}", c["message"])),
-                (Err(e), true) => wrong.push(format!("{what}: want {} in {e}", c["message"])),
-                (Err(e), false) => wrong.push(format!("{what}: refused: {e}")),
+            let why = c["why"].as_str().map_or_else(|| c["patch"].to_string(), str::to_owned);
+            // In both API versions, but v1alpha1's `spec.namespace`, which v1beta1 lacks.
+            let mut versions = vec![obj.clone()];
+            if obj["spec"].get("namespace").is_none() {
+                obj["apiVersion"] = json!("apps.kruise.io/v1beta1");
+                versions.push(obj);
             }
-            checked += 1;
+            for obj in versions {
+                let what = format!("{} {why}", obj["apiVersion"]);
+                let out = kubectl_stdin(&["create", "--dry-run=server", "-f", "-"], Some(&obj.to_string()));
+                match (out, denied) {
+                    (Ok(_), false) => {}
+                    (Err(e), true) if e.contains(c["message"].as_str().unwrap()) => {}
+                    (Ok(_), true) => wrong.push(format!("{what}: admitted, want {}", c["message"])),
+                    (Err(e), true) => wrong.push(format!("{what}: want {} in {e}", c["message"])),
+                    (Err(e), false) => wrong.push(format!("{what}: refused: {e}")),
+                }
+                checked += 1;
+            }
         }
     }
-    assert!(checked > 40, "{checked} cases");
+    assert!(checked > 80, "{checked} cases");
     assert!(wrong.is_empty(), "{} of {checked} cases differ:\n{}", wrong.len(), wrong.join("\n"));
     Ok(())
 }
