@@ -15,7 +15,8 @@ Then the marginal RSS of distinct plugins: memcached, sidecarset, probe, hostile
 one by one beside one ring member.
 
 Usage: scripts/bench-ring.py [--quick]   (needs `make plugins` and a control plane in
-target/cluster; KUBECONFIG overrides it). Prints Markdown tables."""
+target/cluster; KUBECONFIG overrides it). Prints Markdown tables. RING_SIZES=10,50
+measures only those rings (and skips the marginal RSS table)."""
 
 import os, shutil, statistics, subprocess, sys, tempfile, threading, time
 
@@ -25,6 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGINS = os.path.join(ROOT, "target", "plugins")
 QUICK = "--quick" in sys.argv
 LAPS = 1 if QUICK else 7
+# RING_SIZES=10,50: only these ring sizes.
+SIZES = [int(n) for n in os.environ["RING_SIZES"].split(",")] if os.environ.get("RING_SIZES") else None
 
 
 def rss_mib(pid):
@@ -120,7 +123,7 @@ def main():
     build()
     for crd in ("memcached", "sidecarset"):
         kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "deploy", "crds", f"{crd}.yaml"))
-    sizes = [1, 10] if QUICK else [1, 10, 50, 100]
+    sizes = SIZES or ([1, 10] if QUICK else [1, 10, 50, 100])
     print("| members | idle host RSS | lap (N-1 hops) median | per hop | laps |")
     print("|---|---|---|---|---|")
     for n in sizes:
@@ -145,6 +148,8 @@ def main():
             else:
                 print(f"| {n} | {rss:.1f} MiB | – | – | – |")
             sys.stdout.flush()
+    if SIZES:
+        return
 
     print()
     print("| plugins loaded | idle host RSS | marginal |")
