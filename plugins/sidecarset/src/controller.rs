@@ -94,7 +94,7 @@ impl Reconciler for SidecarSetController {
         let available = |p: &Value| ready(p) && !restarting(p, &ss) && !hot::upgrading(p, &ss);
         // Kruise records the version before it counts (its status names the revision).
         let (latest_revision, collision_count) = revision::record(ctx, req, &ss, &matched)?;
-        let status = SidecarSetStatus {
+        let mut status = SidecarSetStatus {
             observed_generation: ss.metadata.generation,
             latest_revision: latest_revision.clone(),
             collision_count,
@@ -103,6 +103,7 @@ impl Reconciler for SidecarSetController {
             ready_pods: matched.iter().filter(|p| available(p)).count() as i32,
             updated_ready_pods: matched.iter().filter(|p| updated(p) && available(p)).count() as i32,
         };
+        keep_not_update_ready_counts(&ss, &mut status);
         if ss.status.as_ref() != Some(&status) {
             let mut next = ss.clone();
             next.status = Some(status);
@@ -387,4 +388,24 @@ fn flip_finished(
         ctx.event(&req.object, "ResetContainerSucceed", &msg);
     }
     Ok(!done.is_empty())
+}
+
+/// A NotUpdate set's ready counts, as Kruise shows them: its Pod event handler skips
+/// NotUpdate sets when a Pod changes (`updatePod` in `sidecarset_pod_event_handler.go`),
+/// so their counts are taken when the set changes or a Pod is created, not when a Pod
+/// becomes ready, and Kruise's e2e spec "inject pod sidecar with canary sidecarSet"
+/// asserts exactly that (ready 0 beside matched 2). Here the same: while the set's
+/// generation and its numbers of matched and updated Pods stay as last counted, the
+/// ready counts stay as last written; matched and updated counts are always current.
+/// Such a set never takes a Pod down, so nothing here waits on its ready counts.
+fn keep_not_update_ready_counts(ss: &SidecarSet, status: &mut SidecarSetStatus) {
+    if ss.spec.update_strategy.type_.as_deref() != Some(NOT_UPDATE) {
+        return;
+    }
+    let Some(last) = ss.status.as_ref() else { return };
+    let same = |l: &SidecarSetStatus| (l.observed_generation, l.matched_pods, l.updated_pods);
+    if same(last) == same(status) {
+        status.ready_pods = last.ready_pods;
+        status.updated_ready_pods = last.updated_ready_pods;
+    }
 }

@@ -149,6 +149,37 @@ fn not_update_and_paused_leave_pods_alone() {
     }
 }
 
+/// Kruise's e2e spec "inject pod sidecar with canary sidecarSet": a NotUpdate set's
+/// ready counts are taken when the set changes or Pods come or go, not when a Pod
+/// becomes ready (Kruise's Pod event handler skips NotUpdate sets on Pod updates).
+#[test]
+fn a_not_update_set_counts_readiness_when_pods_come_and_go_as_kruise() {
+    let fake = FakeCluster::new();
+    setup(&fake, json!({"type": "NotUpdate"}), 2);
+    let counts = |s: &Value| {
+        ["matchedPods", "updatedPods", "readyPods", "updatedReadyPods"].map(|k| s[k].as_i64().unwrap_or(-1))
+    };
+    assert_eq!(counts(&reconcile(&fake)), [2, 2, 0, 0], "counted as the Pods were created");
+    all_ready(&fake, 2);
+    assert_eq!(counts(&reconcile(&fake)), [2, 2, 0, 0], "readiness alone does not recount");
+    // A Pod more: counted afresh, readiness included.
+    let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p2", "namespace": "demo", "labels": {"app": "web"}},
+                   "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
+    fake.seed(admit(&fake, INJECT, Some("demo"), p)).unwrap();
+    assert_eq!(counts(&reconcile(&fake)), [3, 3, 2, 2]);
+    // So does a change of the set.
+    kubelet(&fake, "p2");
+    change_image(&fake, "busybox:1.37");
+    assert_eq!(counts(&reconcile(&fake)), [3, 0, 3, 0]);
+
+    // A set that rolls keeps counting readiness as it changes.
+    let fake = FakeCluster::new();
+    setup(&fake, json!({}), 2);
+    reconcile(&fake);
+    all_ready(&fake, 2);
+    assert_eq!(counts(&reconcile(&fake)), [2, 2, 2, 2]);
+}
+
 fn phase(fake: &FakeCluster, name: &str, phase: &str) {
     fake.edit(&ObjectRef::new(&pod_kind(), Some("demo"), name), |p| p["status"]["phase"] = json!(phase)).unwrap();
 }
