@@ -80,9 +80,7 @@ impl Reconciler for SidecarSetController {
             .iter()
             .filter(|p| {
                 let ns = p["metadata"]["namespace"].as_str().unwrap_or("");
-                let labels: BTreeMap<String, String> =
-                    serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
-                scope::selects(&ss.spec, ns, ns_labels.get(ns).unwrap_or(&empty), &labels)
+                scope::selects(&ss.spec, ns, ns_labels.get(ns).unwrap_or(&empty), &labels_of(p))
                     && pod_hash(p, HASH, &name).is_some()
                     && active(p)
                     && consistent(p, &ss)
@@ -92,6 +90,9 @@ impl Reconciler for SidecarSetController {
         // As Kruise's calculateStatus: Ready, its sidecars running what the spec says,
         // and no hot upgrade half done.
         let available = |p: &Value| ready(p) && !restarting(p, &ss) && !hot::upgrading(p, &ss);
+        // Each matched Pod's (Pod, updated, available), worked out once: both parse
+        // annotations, and every reconcile counts every matched Pod.
+        let facts: Vec<(&Value, bool, bool)> = matched.iter().map(|p| (*p, updated(p), available(p))).collect();
         // Kruise records the version before it counts (its status names the revision).
         let (latest_revision, collision_count) = revision::record(ctx, req, &ss, &matched)?;
         let mut status = SidecarSetStatus {
@@ -99,9 +100,9 @@ impl Reconciler for SidecarSetController {
             latest_revision: latest_revision.clone(),
             collision_count,
             matched_pods: matched.len() as i32,
-            updated_pods: matched.iter().filter(|p| updated(p)).count() as i32,
-            ready_pods: matched.iter().filter(|p| available(p)).count() as i32,
-            updated_ready_pods: matched.iter().filter(|p| updated(p) && available(p)).count() as i32,
+            updated_pods: facts.iter().filter(|f| f.1).count() as i32,
+            ready_pods: facts.iter().filter(|f| f.2).count() as i32,
+            updated_ready_pods: facts.iter().filter(|f| f.1 && f.2).count() as i32,
         };
         keep_not_update_ready_counts(&ss, &mut status);
         if ss.status.as_ref() != Some(&status) {
@@ -129,18 +130,15 @@ impl Reconciler for SidecarSetController {
         // Only Pods already updated and not (yet) available again count against
         // maxUnavailable, so 0 updates no Ready Pod, and a Pod that was unavailable
         // anyway costs nothing.
-        let mut unavailable = matched.iter().filter(|p| updated(p) && !available(p)).count() as i64;
+        let mut unavailable = facts.iter().filter(|f| f.1 && !f.2).count() as i64;
         // Pods waiting for this version (not updated, picked by the update selector);
         // of those, the ones whose sidecars changed beyond their images cannot be
         // updated in place (Kruise's IsSidecarSetUpgradable) and are only marked so.
-        let (candidates, stuck): (Vec<&&Value>, Vec<&&Value>) = matched
+        let (candidates, stuck): (Vec<&Value>, Vec<&Value>) = facts
             .iter()
-            .filter(|p| !updated(p))
-            .filter(|p| {
-                let labels: BTreeMap<String, String> =
-                    serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
-                s.selector.as_ref().is_none_or(|sel| scope::matches(sel, &labels))
-            })
+            .filter(|f| !f.1)
+            .map(|f| f.0)
+            .filter(|p| s.selector.as_ref().is_none_or(|sel| scope::matches(sel, &labels_of(p))))
             .partition(|p| pod_hash(p, HASH_WITHOUT_IMAGE, &name).is_some_and(|h| hashes_wo.contains(&h)));
         let now = upgradable::now();
         let mut writes = 0;
@@ -164,7 +162,7 @@ impl Reconciler for SidecarSetController {
         // order, priority and scatter rules (`order`).
         // As Kruise's IsSidecarSetUpgradable: a Pod with a sidecar still restarting from
         // the last update waits for it.
-        let mut candidates: Vec<&Value> = candidates.into_iter().copied().filter(|p| !mid_update(p, &ss)).collect();
+        let mut candidates: Vec<&Value> = candidates.into_iter().filter(|p| !mid_update(p, &ss)).collect();
         order::sort(&mut candidates, &matched, s);
         // As Kruise's calculateUpgradeCount: the partition is how many of the Pods
         // waiting for this version keep the old one, the last in that order.
@@ -289,6 +287,12 @@ fn active(p: &Value) -> bool {
 /// one whose sidecar was since removed, or a set that gained a container after the Pod
 /// was injected, is neither counted nor rolled, since an in-place update cannot add a
 /// container.
+/// A Pod's labels (borrowed from the Pod, not cloned as a JSON tree first).
+fn labels_of(p: &Value) -> BTreeMap<String, String> {
+    let labels = p["metadata"]["labels"].as_object().into_iter().flatten();
+    labels.filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect()
+}
+
 fn consistent(p: &Value, ss: &SidecarSet) -> bool {
     let has = |n: &str| p["spec"]["containers"].as_array().is_some_and(|cs| cs.iter().any(|c| c["name"] == n));
     ss.spec.containers.iter().all(|c| if hot::is_hot(c) { hot::has_pair(p, c) } else { has(&c.container.name) })
