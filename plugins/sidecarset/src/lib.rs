@@ -14,7 +14,8 @@
 //! available count against it; finished Pods, and Pods missing one of the set's
 //! containers, are neither counted nor updated; the Pod condition
 //! `SidecarSetUpgradable`; patchPodMetadata applied again on each in-place update, with
-//! `MergePatchJson` as RFC 7386), and injection (a sidecar replaces a
+//! `MergePatchJson` as RFC 7386; a NotUpdate set's ready counts taken as Pods come and
+//! go, not as they become ready), and injection (a sidecar replaces a
 //! same-named Pod container where it stands; all matching sets' sidecars are placed in
 //! one pass, init containers sorted by name across sets; volumes used as block devices
 //! go in too; `sidecarList` names containers and native-sidecar init containers,
