@@ -6,22 +6,18 @@
 //!
 //!   cargo run --release -p sidecarset --example reconcile_steady [PODS]
 
+// The tests' admission helper: Pods and the set go through the plugin's own webhooks.
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use common::admit;
 use serde_json::json;
 use sidecarset::webhooks::{DEFAULT, INJECT};
-use sidecarset::{SidecarSet, SidecarSetController, SidecarSetWebhooks};
+use sidecarset::{SidecarSet, SidecarSetController};
 use std::time::Instant;
 use wasmop_sdk::fake::FakeCluster;
-use wasmop_sdk::{AdmissionRequest, Context, KindRef, ObjectRef, Operation, Reconciler, Request, Webhooks};
-
-fn admit(fake: &FakeCluster, handler: &str, ns: Option<&str>, obj: serde_json::Value) -> serde_json::Value {
-    let req = AdmissionRequest {
-        operation: Operation::Create,
-        namespace: ns.map(Into::into),
-        object: Some(obj.clone()),
-        ..Default::default()
-    };
-    SidecarSetWebhooks::review(&Context::new(fake), handler, "", &req).apply(&obj).unwrap()
-}
+use wasmop_sdk::{Context, KindRef, ObjectRef, Reconciler, Request};
 
 fn main() {
     let pods: usize = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(2000);
