@@ -12,7 +12,10 @@ Deployment j (N/S Pods, so each set matches a share), `maxUnavailable: 100%`. Re
   `status.updatedPods` is its share and every Pod runs the new image (the fake kubelet
   below has reported it), and the host's CPU meanwhile;
 - the host's peak RSS, its idle CPU per 20 s afterwards, and the apiserver requests it
-  made as the plugin (audit log: impersonated user), by verb and resource, per Pod.
+  made as the plugin (audit log: impersonated user), by verb and resource, per Pod;
+- where the host's time went in each phase (its /metrics): how many reconciles and
+  reviews ran and their summed wall time, so a change in CPU can be put down to the
+  controller or to the webhook, and to more calls or costlier ones.
 
 kwok runs no containers and reports no image change after an in-place update, so a
 fake kubelet here does what a kubelet does then: it watches the namespace's Pods and,
@@ -28,7 +31,7 @@ target/cluster (KUBECONFIG overrides it). Prints a Markdown table.
 BENCH_HOST_LOG=PREFIX keeps each run's host log in PREFIX.N-S; BENCH_WASMOP_LOG sets its
 WASMOP_LOG (for example `info,wasmop::runtime=debug` shows throttled calls)."""
 
-import http.client, json, os, queue, shutil, socket, ssl, subprocess, sys, tempfile, threading, time, urllib.parse
+import http.client, json, os, queue, shutil, socket, ssl, subprocess, sys, tempfile, threading, time, urllib.parse, urllib.request
 
 from benchlib import ENV, HOST, ROOT, build, control_plane_on, cpu_seconds, kubectl, plugins_dir_with, wait_ready
 
@@ -233,6 +236,22 @@ def peak_rss(pid):
     return 0.0
 
 
+def calls(addr):
+    """(count, summed seconds) of reconciles and of reviews so far, from /metrics."""
+    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=10).read().decode()
+    out = {}
+    for kind, metric in (("reconciles", "wasmop_reconcile_duration_seconds"),
+                         ("reviews", "wasmop_admission_duration_seconds")):
+        total = lambda suffix: sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+                                   if l.startswith(metric + suffix + "{") or l.startswith(metric + suffix + " "))
+        out[kind] = (total("_count"), total("_sum"))
+    return out
+
+
+def spent(before, after):
+    return ", ".join(f"{after[k][0] - before[k][0]:.0f} {k} {after[k][1] - before[k][1]:.2f} s" for k in after)
+
+
 def cleanup():
     kubectl("delete", "sidecarsets", "-l", "bench-rollout", "--wait=true", check=False)
     kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", WEBHOOKS, "--ignore-not-found", check=False)
@@ -268,6 +287,7 @@ def run(api, n, sets):
         kubelet = Kubelet(api)
         try:
             wait_ready(log)
+            addr = next(l.split("addr=")[1].split()[0] for l in open(log) if "serving /metrics" in l)
             config = subprocess.run([HOST, "webhook-config", "--name", WEBHOOKS, "--url", f"https://127.0.0.1:{port}",
                                      "--allowed-namespaces", NS, os.path.join(plugins, "sidecarset.wasm")],
                                     env=ENV, check=True, capture_output=True, text=True).stdout
@@ -282,10 +302,10 @@ def run(api, n, sets):
             # Listing every Pod costs the apiserver (and this script) more as N grows.
             poll = max(0.1, n / 5000)
             with control_plane_on("0"):
-                a0, c0, t0 = audit_size(), cpu_seconds(host.pid), time.time()
+                a0, c0, t0, m0 = audit_size(), cpu_seconds(host.pid), time.time(), calls(addr)
                 apply([deployment(j, n // sets + (1 if j < n % sets else 0)) for j in range(sets)])
                 until("every Pod injected and Ready", lambda: created(api, conn, n), 600, poll)
-                t_create, c_create, a1 = time.time() - t0, cpu_seconds(host.pid) - c0, audit_size()
+                t_create, c_create, a1, m1 = time.time() - t0, cpu_seconds(host.pid) - c0, audit_size(), calls(addr)
                 time.sleep(3)
                 c1, t1 = cpu_seconds(host.pid), time.time()
                 for j in range(sets):
@@ -293,6 +313,7 @@ def run(api, n, sets):
                             json.dumps([{"op": "replace", "path": "/spec/containers/0/image", "value": NEW}]))
                 until("every Pod rolled", lambda: rolled(api, conn, n, sets), 600, poll)
                 t_roll, c_roll, a2 = time.time() - t1, cpu_seconds(host.pid) - c1, audit_size()
+                m2 = calls(addr)
             time.sleep(1 if QUICK else 10)
             i0, window = cpu_seconds(host.pid), 2 if QUICK else 20
             time.sleep(window)
@@ -309,7 +330,8 @@ def run(api, n, sets):
                 shutil.copy(log, f"{os.environ['BENCH_HOST_LOG']}.{n}-{sets}")
             cleanup()
     print(f"| {n} | {sets} | {t_create:.1f} s | {c_create:.2f} s | {t_roll:.1f} s | {c_roll:.2f} s | {rss:.0f} MiB "
-          f"| {idle:.2f} s | {per_pod(requests(a0, a1), n)} | {per_pod(requests(a1, a2), n)} |")
+          f"| {idle:.2f} s | {per_pod(requests(a0, a1), n)} | {per_pod(requests(a1, a2), n)} "
+          f"| {spent(m0, m1)} | {spent(m1, m2)} |")
     sys.stdout.flush()
 
 
@@ -319,8 +341,9 @@ def main():
     subprocess.run([os.path.join(ROOT, "scripts", "wait-crd.sh"), "sidecarsets.apps.kruise.io"], env=ENV, check=True)
     api = Api()
     print("| Pods | SidecarSets | create → injected, Ready | host CPU | rollout → updated, running | host CPU "
-          "| peak RSS | idle CPU / 20 s | requests per Pod, create | requests per Pod, rollout |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| peak RSS | idle CPU / 20 s | requests per Pod, create | requests per Pod, rollout "
+          "| calls and their wall time, create | calls, rollout |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n, sets in RUNS:
         run(api, n, sets)
 

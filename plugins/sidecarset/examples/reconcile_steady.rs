@@ -4,7 +4,11 @@
 //! times this, and the SDK's fake cluster lists Pods differently from the host, so
 //! compare builds with it, not with the benchmarks.
 //!
-//!   cargo run --release -p sidecarset --example reconcile_steady [PODS]
+//!   cargo run --release -p sidecarset --example reconcile_steady [PODS] [--dump FILE]
+//!
+//! `--dump FILE` writes the converged world (the set, then its Pods) as a JSON list,
+//! for the host's `reconcile_objects` example to time the same reconcile in wasm with
+//! any build of the plugin.
 
 // The tests' admission helper: Pods and the set go through the plugin's own webhooks.
 #[path = "../tests/common/mod.rs"]
@@ -20,7 +24,9 @@ use wasmop_sdk::fake::FakeCluster;
 use wasmop_sdk::{Context, KindRef, ObjectRef, Reconciler, Request};
 
 fn main() {
-    let pods: usize = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(2000);
+    let args: Vec<String> = std::env::args().collect();
+    let pods: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(2000);
+    let dump = args.iter().position(|a| a == "--dump").and_then(|i| args.get(i + 1));
     let fake = FakeCluster::new();
     let ss = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s", "uid": "u"},
         "spec": {"selector": {"matchLabels": {"app": "web"}},
@@ -47,6 +53,11 @@ fn main() {
         SidecarSetController::reconcile(&Context::new(&fake), &req).expect("reconcile");
     };
     reconcile();
+    if let Some(file) = dump {
+        let mut world = vec![fake.object(&key).expect("the set")];
+        world.extend(fake.objects_of(&KindRef::new("v1", "Pod")));
+        std::fs::write(file, serde_json::to_vec(&world).unwrap()).expect("write the dump");
+    }
     let rounds = 20;
     let t = Instant::now();
     for _ in 0..rounds {
