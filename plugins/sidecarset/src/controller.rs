@@ -23,15 +23,14 @@
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, accepted_hashes, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
 use crate::types::{SidecarSet, SidecarSetStatus};
-use crate::{hot, inplace, order, revision, scope, upgradable};
+use crate::{hot, inplace, order, pods, revision, scope, upgradable};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use wasmop_sdk::{
-    Action, ClusterExt, Context, KindRef, ListParams, Manifest, Mapping, ObjectRef, ReconcileError, Reconciler,
-    Request, Verb,
+    Action, ClusterExt, Context, ListParams, Manifest, Mapping, ObjectRef, ReconcileError, Reconciler, Request, Verb,
 };
 
 pub struct SidecarSetController;
@@ -62,7 +61,8 @@ impl Reconciler for SidecarSetController {
         };
         let mut params = ListParams { label_selector: Some(query), ..Default::default() };
         params.namespace = scope::namespace(&ss.spec).map(str::to_owned);
-        let pods = ctx.list(&KindRef::new("v1", "Pod"), &params)?;
+        // Views of the Pods, not whole Pods (`pods`): a Pod to write is read whole.
+        let pods = pods::list(ctx, &params)?;
         let ns_labels: BTreeMap<String, BTreeMap<String, String>> = if ss.spec.namespace_selector.is_some() {
             ctx.list_of::<Namespace>(&ListParams::default())?
                 .into_iter()
@@ -147,7 +147,8 @@ impl Reconciler for SidecarSetController {
             if writes == WRITES_PER_RECONCILE {
                 break;
             }
-            if upgradable::mark(ctx, p, &name, false, &now)?.is_some() {
+            let Some(p) = pods::whole(ctx, p)? else { continue };
+            if upgradable::mark(ctx, &p, &name, false, &now)?.is_some() {
                 writes += 1;
                 marked_stuck += 1;
             }
@@ -178,13 +179,22 @@ impl Reconciler for SidecarSetController {
                 more = true;
                 break;
             }
+            let whole = match pods::whole(ctx, p) {
+                Ok(Some(w)) => w,
+                // Changed since the list: its event brings another reconcile.
+                Ok(None) => continue,
+                Err(e) => {
+                    report(ctx, req, &done);
+                    return Err(e.into());
+                }
+            };
             if costs_availability {
                 unavailable += 1;
             }
             // The condition first (Kruise writes it after, with a patch): the spec
             // update then starts from the Pod as written, and the kubelet's status
             // report that the update sets off cannot conflict with it.
-            let written = match upgradable::mark(ctx, p, &name, true, &now) {
+            let written = match upgradable::mark(ctx, &whole, &name, true, &now) {
                 Ok(w) => w,
                 Err(e) => {
                     report(ctx, req, &done);
@@ -192,7 +202,7 @@ impl Reconciler for SidecarSetController {
                 }
             };
             writes += usize::from(written.is_some());
-            let mut pod = written.unwrap_or_else(|| (*p).clone());
+            let mut pod = written.unwrap_or(whole);
             let changed = set_images(&mut pod, &ss, &name);
             inplace::record(&mut pod, &name, &hash, &changed, &now);
             set_pod_hash(&mut pod, HASH, &name, &hash, latest_revision.as_deref());
@@ -376,7 +386,7 @@ fn flip_finished(
         if !hot::upgrading(p, ss) || !inplace::consistent(p, set, &running) || !hot::ready_to_flip(p, ss, ready(p)) {
             continue;
         }
-        let mut pod = (*p).clone();
+        let Some(mut pod) = pods::whole(ctx, p)? else { continue };
         let changed = hot::flip(&mut pod, ss);
         inplace::record(&mut pod, set, &hash, &changed, &now);
         ctx.update(&pod)?;
