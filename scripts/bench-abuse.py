@@ -260,8 +260,7 @@ def main():
                                 stdout=log, stderr=log)
         watch, rows, attacks = None, [], ""
         try:
-            wait_ready(log_path)
-            metrics = next(l.split("addr=")[1].split()[0] for l in open(log_path) if "serving /metrics" in l)
+            metrics = wait_ready(log_path)
             watch = Watch(host, metrics)
             watch.start()
             ca = os.path.join(tmp, "ca.crt")

@@ -20,17 +20,21 @@ Timing starts once the plugin's code is optimized (the Cranelift tier-up).
 Usage: scripts/bench-admission.py [--quick]  (needs `make plugins` and a control plane).
 BENCH_RUNS=N: N runs instead of 5; BENCH_SECS=S: runs of S s instead of 10;
 WASMOP_BENCH_HOST=PATH: measure that host binary; WASMOP_BENCH_PLUGIN=PATH: that sidecarset.wasm; BENCH_HOST_LOG=FILE: keep the host's log;
-ADMISSION_LOAD_DUMP=PREFIX: every review of run N in PREFIX.N (`scripts/admission-stalls.py`)."""
+ADMISSION_LOAD_DUMP=PREFIX: every review of run N in PREFIX.N (`scripts/admission-stalls.py`);
+BENCH_BUSY=1: two more rows, the same rate while the host has other work (`busy`): the
+Memcached plugin (WASMOP_BENCH_MEMCACHED, else target/plugins/memcached.wasm) reconciles
+a burst of 100 new Memcacheds and the SidecarSet plugin is hot-reloaded, in every run."""
 
-import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
-from benchlib import ENV, HOST, build, control_plane_pids, cpu_seconds, grant_dir, kubectl, steal_on, wait_ready
+from benchlib import ENV, HOST, build, control_plane_on, control_plane_pids, cpu_seconds, grant_dir, kubectl, steal_on, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = "--quick" in sys.argv
 RUNS, SECS, CONNS = (1, 2, 4) if QUICK else (int(os.environ.get("BENCH_RUNS", 5)), int(os.environ.get("BENCH_SECS", 10)), 8)
 # The goal's rate, offered for the latency row (BENCH_RATE to try another).
 RATE = 200 if QUICK else int(os.environ.get("BENCH_RATE", 5000))
+BUSY = os.environ.get("BENCH_BUSY") == "1"
 
 SIDECARSET = """apiVersion: apps.kruise.io/v1alpha1
 kind: SidecarSet
@@ -75,6 +79,11 @@ def main():
         os.mkdir(plugins)
         plugin = os.environ.get("WASMOP_BENCH_PLUGIN") or os.path.join(ROOT, "target", "plugins", "sidecarset.wasm")
         subprocess.run(["cp", plugin, os.path.join(plugins, "sidecarset.wasm")], check=True)
+        if BUSY:
+            memcached = os.environ.get("WASMOP_BENCH_MEMCACHED") or os.path.join(ROOT, "target", "plugins", "memcached.wasm")
+            subprocess.run(["cp", memcached, os.path.join(plugins, "memcached.wasm")], check=True)
+            kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "deploy", "crds", "memcached.yaml"))
+            subprocess.run([os.path.join(ROOT, "scripts", "wait-crd.sh"), "memcacheds.cache.example.com"], env=ENV, check=True)
         subprocess.run([LOAD, "certs", tmp], check=True)
         port = free_port()
         log = open(os.path.join(tmp, "host.log"), "w")
@@ -113,6 +122,13 @@ def main():
                 closed = [measure(host.pid, load + [str(SECS)]) for _ in range(RUNS)]
                 opened = [measure(host.pid, load + [str(SECS), str(RATE)]) for _ in range(RUNS)]
                 poisson = [measure(host.pid, load + [str(SECS), f"poisson:{RATE}"]) for _ in range(RUNS)]
+            # The busy rows need the apiserver; it runs on the load's core, as it would
+            # run off the host's node.
+            busy_even, busy_poisson = [], []
+            if BUSY:
+                with control_plane_on("1"):
+                    for rows, rate in ((busy_even, str(RATE)), (busy_poisson, f"poisson:{RATE}")):
+                        rows += [measure(host.pid, load + [str(SECS), rate], beside=busy(plugins, plugin)) for _ in range(RUNS)]
         finally:
             host.terminate()
             host.wait(timeout=30)
@@ -120,9 +136,13 @@ def main():
                 shutil.copy(os.path.join(tmp, "host.log"), os.environ["BENCH_HOST_LOG"])
             kubectl("delete", "mutatingwebhookconfiguration", "bench-admission", check=False)
             kubectl("delete", "sidecarset", "bench-sidecars", "--wait=false", check=False)
+            kubectl("delete", "namespace", "-l", "bench=admission-burst", "--wait=false", check=False)
     report(f"{CONNS} connections, host on 1 core, closed loop", closed)
     report(f"{CONNS} connections, host on 1 core, {RATE:,} reviews/s offered, evenly spaced", opened)
     report(f"{CONNS} connections, host on 1 core, {RATE:,} reviews/s offered, Poisson arrivals", poisson)
+    if BUSY:
+        report("same, evenly spaced, with a burst of 100 Memcacheds and a hot reload", busy_even)
+        report("same, Poisson, with a burst of 100 Memcacheds and a hot reload", busy_poisson)
 
 
 def tiered_up(log, timeout=120):
@@ -161,8 +181,48 @@ def control_plane_paused():
 
 RUN = iter(range(1, 1 << 20))
 
+MEMCACHED = "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {{name: m{i}, namespace: {ns}}}\nspec: {{size: 1}}\n"
+BURSTS = iter(range(1, 1 << 20))
 
-def measure(pid, load):
+
+def busy(plugins, wasm):
+    """What the host does beside one busy run's load: 2 s in, 100 Memcacheds created at
+    once in a new namespace (a reconcile burst: each Memcached's Deployment created and
+    its status written), and 4 s in, the SidecarSet plugin hot-reloaded: a new build of
+    it lands in the plugins directory (the same code with a custom section appended,
+    so the host loads, compiles and tiers up new bytes while the old ones serve)."""
+    n = next(BURSTS)
+
+    def run():
+        time.sleep(2)
+        ns = f"bench-admission-burst-{n}"
+        objects = f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{bench: admission-burst}}}}\n---\n" + "---\n".join(
+            MEMCACHED.format(i=i, ns=ns) for i in range(100))
+        subprocess.run(["taskset", "-c", "1", "kubectl", "apply", "-f", "-"], input=objects, env=ENV, check=True,
+                       capture_output=True, text=True)
+        time.sleep(max(0, 4 - (time.time() - started)))
+        name = b"wasmop-bench-reload"
+        payload = bytes([len(name)]) + name + str(n).encode()
+        section = b"\0" + leb128(len(payload)) + payload
+        tmp = os.path.join(plugins, ".sidecarset.wasm.new")
+        with open(tmp, "wb") as f:
+            f.write(open(wasm, "rb").read() + section)
+        os.replace(tmp, os.path.join(plugins, "sidecarset.wasm"))
+
+    started = time.time()
+    return run
+
+
+def leb128(n):
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def measure(pid, load, beside=None):
     """One run of `load`: [reviews/s, p50 ms, p99 ms, errors, p99.9 ms, slowest ms, host
     CPU µs per review, steal on the host's core].
     With ADMISSION_LOAD_DUMP=PREFIX each run's reviews go to PREFIX.N (see admission_load.rs)."""
@@ -171,7 +231,12 @@ def measure(pid, load):
         env["ADMISSION_LOAD_DUMP"] = f"{os.environ['ADMISSION_LOAD_DUMP']}.{next(RUN)}"
     cpu, steal = cpu_seconds(pid), []
     with steal_on(0, steal):
+        other = threading.Thread(target=beside) if beside else None
+        if other:
+            other.start()
         out = subprocess.run(load, check=True, capture_output=True, text=True, env=env).stdout.split()
+        if other:
+            other.join()
     cpu = cpu_seconds(pid) - cpu
     row = [float(x) for x in out]
     # The host's CPU per review: unlike reviews/s, time other tenants of the machine

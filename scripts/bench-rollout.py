@@ -286,8 +286,7 @@ def run(api, n, sets):
             stdout=open(log, "w"), stderr=subprocess.STDOUT)
         kubelet = Kubelet(api)
         try:
-            wait_ready(log)
-            addr = next(l.split("addr=")[1].split()[0] for l in open(log) if "serving /metrics" in l)
+            addr = wait_ready(log)
             config = subprocess.run([HOST, "webhook-config", "--name", WEBHOOKS, "--url", f"https://127.0.0.1:{port}",
                                      "--allowed-namespaces", NS, os.path.join(plugins, "sidecarset.wasm")],
                                     env=ENV, check=True, capture_output=True, text=True).stdout

@@ -14,7 +14,7 @@ WASMOP_BENCH_PLUGIN=PATH: another sidecarset.wasm (an A/B of two plugin builds).
 
 import json, os, re, subprocess, sys, tempfile, time, urllib.request
 
-from benchlib import ENV, HOST, ROOT, build, kubectl, plugins_dir_with, wait_ready
+from benchlib import ENV, HOST, ROOT, build, kubectl, metrics_addr, plugins_dir_with, wait_ready
 
 PODS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 SETS = [int(a) for a in sys.argv[2:]] or [1, 10, 100]
@@ -23,8 +23,7 @@ NS = "bench-selectors"
 
 
 def metrics(log):
-    addr = next(l.split("addr=")[1].split()[0] for l in open(log) if "serving /metrics" in l)
-    return urllib.request.urlopen(f"http://{addr}/metrics", timeout=5).read().decode()
+    return urllib.request.urlopen(f"http://{metrics_addr(log)}/metrics", timeout=5).read().decode()
 
 
 def counts(log):

@@ -25,15 +25,20 @@ def kubectl(*args, stdin=None, check=True):
     return subprocess.run(["kubectl", *args], input=stdin, env=ENV, check=check, capture_output=True, text=True)
 
 
+def metrics_addr(log):
+    """Where the host whose log is at `log` serves /metrics and /readyz (None until it says)."""
+    return next((l.split("addr=")[1].split()[0] for l in open(log) if "serving /metrics" in l), None)
+
+
 def wait_ready(log, timeout=300):
-    """Until the host whose log is at `log` answers 200 on /readyz."""
+    """Until the host whose log is at `log` answers 200 on /readyz; returns its metrics address."""
     end = time.time() + timeout
     while time.time() < end:
-        addr = next((l.split("addr=")[1].split()[0] for l in open(log) if "serving /metrics" in l), None)
+        addr = metrics_addr(log)
         if addr:
             try:
                 if urllib.request.urlopen(f"http://{addr}/readyz", timeout=2).status == 200:
-                    return
+                    return addr
             except Exception:
                 pass
         time.sleep(0.2)

@@ -40,6 +40,12 @@ pub struct RunArgs {
     /// The shortest requeue-after honoured, in milliseconds: a reconcile asking for less (0 included) is requeued after this.
     #[arg(long, env = "WASMOP_MIN_REQUEUE_MS", default_value_t = 1000)]
     min_requeue_ms: u64,
+    /// The largest share of wall time one object's reconciles that change nothing else may take
+    /// while events about it keep coming, in percent: after such a reconcile took t, the object's
+    /// next one starts no sooner than t × (100 − share) / share later (at most 5 s), with every
+    /// event meanwhile folded into it. 100 turns this off (controller-runtime's behaviour).
+    #[arg(long, env = "WASMOP_RECONCILE_SHARE_PERCENT", default_value_t = 25, value_parser = clap::value_parser!(u8).range(1..=100))]
+    reconcile_share_percent: u8,
     /// Wasm instances alive at once, host-wide.
     #[arg(long, env = "WASMOP_MAX_INSTANCES", default_value_t = 64)]
     max_instances: u32,
@@ -224,7 +230,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let client = kube.client().clone();
     let min_requeue = Duration::from_millis(args.min_requeue_ms);
-    let shared = Arc::new(Shared { kube, runtime, workers: args.workers, health, caches, min_requeue });
+    let reconcile_share = args.reconcile_share_percent;
+    let shared =
+        Arc::new(Shared { kube, runtime, workers: args.workers, health, caches, min_requeue, reconcile_share });
     // Controllers stop taking work and drain in-flight reconciles; whatever is still
     // running after the grace period is abandoned (reconciles are idempotent, and the
     // next leader or start converges it).

@@ -51,6 +51,10 @@ pub struct Shared {
     /// serves a plugin that polls something outside the cluster, and anything needing
     /// to react faster should watch it instead.
     pub min_requeue: Duration,
+    /// The largest share of wall time, in percent, that one object's reconciles that
+    /// change nothing else may take while events about it keep coming (see
+    /// [`super::pace`]); 100: no bound.
+    pub reconcile_share: u8,
 }
 
 type Cache = crate::gateway::ObjectCache;
@@ -325,12 +329,15 @@ impl Worker {
         while let Some(key) = self.queue.next().await {
             let plugin = self.handle.load().name.clone();
             METRICS.queue_depth.get_or_create(&labels(&[("plugin", &plugin)])).set(self.queue.depth() as i64);
-            self.reconcile(&key).await;
-            self.queue.done(&key);
+            let started = Instant::now();
+            let acted = self.reconcile(&key).await;
+            self.queue.done(&key, super::pace::cooldown(started.elapsed(), acted, self.shared.reconcile_share));
         }
     }
 
-    async fn reconcile(&self, key: &ObjectRef) {
+    /// Reconciles `key`; true if the reconcile changed objects other than `key` (a step
+    /// whose successor should not wait, see [`super::pace`]).
+    async fn reconcile(&self, key: &ObjectRef) -> bool {
         let plugin = self.handle.load_full();
         let current = self.cache.lock().unwrap().get(key).cloned();
         let current_text = current.as_ref().map(|c| &*c.text);
@@ -340,7 +347,7 @@ impl Worker {
                 tracing::error!(plugin = %plugin.name, object = %key, "cannot act as the plugin: {e}");
                 let delay = self.backoff.lock().unwrap().fail(key);
                 self.queue.add_after(key.clone(), delay);
-                return;
+                return false;
             }
         };
         let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
@@ -407,5 +414,6 @@ impl Worker {
                 self.queue.add_after(key.clone(), delay);
             }
         }
+        gateway.changed_others()
     }
 }

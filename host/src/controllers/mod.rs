@@ -4,6 +4,7 @@
 
 mod backoff;
 pub mod controller;
+mod pace;
 mod queue;
 mod selector;
 mod watches;

@@ -2,6 +2,15 @@
 //! two workers at once; a key added while it is being worked on runs once more after;
 //! adding a key already waiting does nothing; delayed adds keep only the earliest time.
 //!
+//! One more, of our own: a key may *cool down* after a run (`done` with a cooldown).
+//! Added while cooling, it runs once when the cooldown ends, however often it was
+//! added meanwhile. Why: controller-runtime re-runs a key the moment it is done if an
+//! event came meanwhile, which is cheap when a reconcile reads an informer cache in
+//! Go; a plugin's reconcile that counts thousands of objects computes for tens of ms,
+//! and while a Deployment creates 2,000 Pods their events would have it run back to
+//! back, a core's worth for minutes. The controller sets a cooldown in proportion to
+//! the run that just ended, so cheap reconciles are not slowed (see `controller.rs`).
+//!
 //! Delayed adds share one timer per queue: a heap of due times, drained by a single
 //! task that sleeps until the earliest and is woken when an earlier one arrives. Why
 //! not a task per delayed add: a plugin requeueing many objects (or one object very
@@ -21,6 +30,10 @@ struct Inner<K> {
     queued: HashSet<K>,
     active: HashSet<K>,
     dirty: HashSet<K>,
+    /// Keys cooling down after a run: the earliest their next run may start.
+    cooling: HashMap<K, Instant>,
+    /// `cooling`'s size at which ended cooldowns are swept out.
+    cooling_sweep: usize,
     /// The one live schedule of each delayed key: (due, seq of its heap entry).
     scheduled: HashMap<K, (Instant, u64)>,
     /// Due times, earliest first; an entry whose seq is no longer its key's is stale
@@ -55,6 +68,8 @@ impl<K> Ord for Due<K> {
 }
 
 pub struct Queue<K> {
+    /// Itself, so that any method may start the timer task (which holds it weakly).
+    me: Weak<Queue<K>>,
     inner: Mutex<Inner<K>>,
     notify: Notify,
     /// Wakes the timer task: an earlier due time arrived.
@@ -63,12 +78,15 @@ pub struct Queue<K> {
 
 impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
     pub fn new() -> Arc<Self> {
-        Arc::new(Queue {
+        Arc::new_cyclic(|me| Queue {
+            me: me.clone(),
             inner: Mutex::new(Inner {
                 pending: VecDeque::new(),
                 queued: HashSet::new(),
                 active: HashSet::new(),
                 dirty: HashSet::new(),
+                cooling: HashMap::new(),
+                cooling_sweep: 64,
                 scheduled: HashMap::new(),
                 timers: BinaryHeap::new(),
                 seq: 0,
@@ -82,21 +100,33 @@ impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
 
     pub fn add(&self, key: K) {
         let mut q = self.inner.lock().unwrap();
-        if Self::enqueue(&mut q, key) {
+        if self.enqueue(&mut q, key, Instant::now()) {
             drop(q);
             self.notify.notify_one();
         }
     }
 
-    /// true: `key` became pending (a worker should be woken).
-    fn enqueue(q: &mut Inner<K>, key: K) -> bool {
+    /// true: `key` became pending (a worker should be woken). A key cooling down is
+    /// scheduled for the end of its cooldown instead.
+    fn enqueue(&self, q: &mut Inner<K>, key: K, now: Instant) -> bool {
         if q.closed {
             return false;
         }
         if q.active.contains(&key) {
             q.dirty.insert(key);
-            false
-        } else if q.queued.insert(key.clone()) {
+            return false;
+        }
+        match q.cooling.get(&key) {
+            Some(&until) if until > now => {
+                self.schedule(q, key, until);
+                return false;
+            }
+            Some(_) => {
+                q.cooling.remove(&key);
+            }
+            None => {}
+        }
+        if q.queued.insert(key.clone()) {
             q.pending.push_back(key);
             true
         } else {
@@ -105,11 +135,16 @@ impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
     }
 
     /// Adds `key` after `delay`, unless it is already scheduled sooner.
-    pub fn add_after(self: &Arc<Self>, key: K, delay: Duration) {
-        let at = Instant::now() + delay;
-        let mut guard = self.inner.lock().unwrap();
-        let q = &mut *guard;
-        if q.closed || q.scheduled.get(&key).is_some_and(|(t, _)| *t <= at) {
+    pub fn add_after(&self, key: K, delay: Duration) {
+        let mut q = self.inner.lock().unwrap();
+        if !q.closed {
+            self.schedule(&mut q, key, Instant::now() + delay);
+        }
+    }
+
+    /// Schedules `key` at `at` unless it is scheduled sooner; starts or wakes the timer.
+    fn schedule(&self, q: &mut Inner<K>, key: K, at: Instant) {
+        if q.scheduled.get(&key).is_some_and(|(t, _)| *t <= at) {
             return;
         }
         let earliest = q.timers.peek().is_none_or(|Reverse(d)| at < d.at);
@@ -124,7 +159,7 @@ impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
             q.timers = live.collect();
         }
         if q.timer.is_none() {
-            q.timer = Some(tokio::spawn(timer(Arc::downgrade(self), self.wake.clone())));
+            q.timer = Some(tokio::spawn(timer(self.me.clone(), self.wake.clone())));
         } else if earliest {
             self.wake.notify_one();
         }
@@ -142,7 +177,7 @@ impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
             let Reverse(d) = q.timers.pop().unwrap();
             if q.scheduled.get(&d.key).is_some_and(|(_, seq)| *seq == d.seq) {
                 q.scheduled.remove(&d.key);
-                woke += usize::from(Self::enqueue(q, d.key));
+                woke += usize::from(self.enqueue(q, d.key, now));
             }
         }
         let next = q.timers.peek().map(|Reverse(d)| d.at);
@@ -175,13 +210,24 @@ impl<K: Eq + Hash + Clone + Send + 'static> Queue<K> {
         }
     }
 
-    /// Marks `key` finished; re-queues it if it was added meanwhile.
-    pub fn done(&self, key: &K) {
-        let mut q = self.inner.lock().unwrap();
+    /// Marks `key` finished; re-queues it if it was added meanwhile. With a nonzero
+    /// `cooldown` it runs again no sooner than that from now, however often it is added.
+    pub fn done(&self, key: &K, cooldown: Duration) {
+        let now = Instant::now();
+        let mut guard = self.inner.lock().unwrap();
+        let q = &mut *guard;
         q.active.remove(key);
-        if q.dirty.remove(key) && q.queued.insert(key.clone()) {
-            q.pending.push_back(key.clone());
-            drop(q);
+        if !cooldown.is_zero() {
+            q.cooling.insert(key.clone(), now + cooldown);
+            // Keys that never come back (deleted objects) leave their entries behind;
+            // sweeping when the map doubles keeps it in proportion to the keys cooling.
+            if q.cooling.len() > q.cooling_sweep {
+                q.cooling.retain(|_, until| *until > now);
+                q.cooling_sweep = 2 * q.cooling.len() + 64;
+            }
+        }
+        if q.dirty.remove(key) && self.enqueue(q, key.clone(), now) {
+            drop(guard);
             self.notify.notify_one();
         }
     }
@@ -251,7 +297,7 @@ mod tests {
         q.add("a");
         assert_eq!(q.next().await.unwrap(), "b");
         assert_eq!(q.depth(), 0);
-        q.done(&"a");
+        q.done(&"a", Duration::ZERO);
         assert_eq!(q.next().await.unwrap(), "a");
     }
 
@@ -266,7 +312,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(q.depth(), 1);
         assert_eq!(q.next().await.unwrap(), "a");
-        q.done(&"a");
+        q.done(&"a", Duration::ZERO);
         tokio::time::sleep(Duration::from_millis(800)).await;
         assert_eq!(q.depth(), 0, "later schedules were superseded");
     }
@@ -294,7 +340,7 @@ mod tests {
         let mut out = Vec::new();
         while out.len() < 1001 {
             let k = q.next().await.unwrap();
-            q.done(&k);
+            q.done(&k, Duration::ZERO);
             out.push(k);
         }
         assert_eq!(out.last(), Some(&u32::MAX), "every key fired at its earliest schedule, before the sentinel");
@@ -311,6 +357,49 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(tasks(), before, "the timer ends with the queue");
+    }
+
+    // Order, not speed: "b", due at 100 ms, comes out before "a", whose cooldown ends
+    // at 300 ms, however late the timer runs.
+    #[tokio::test]
+    async fn a_key_added_while_cooling_runs_once_when_the_cooldown_ends() {
+        let q = Queue::new();
+        q.add("a");
+        assert_eq!(q.next().await.unwrap(), "a");
+        q.add("a");
+        q.done(&"a", Duration::from_millis(300));
+        for _ in 0..100 {
+            q.add("a");
+        }
+        assert_eq!(q.depth(), 0, "added while cooling, it waits");
+        q.add_after("b", Duration::from_millis(100));
+        assert_eq!(q.next().await.unwrap(), "b");
+        q.done(&"b", Duration::ZERO);
+        assert_eq!(q.next().await.unwrap(), "a");
+        q.done(&"a", Duration::ZERO);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(q.depth(), 0, "once, however often it was added");
+        // A cooldown that ended holds nothing back.
+        q.add("c");
+        assert_eq!(q.next().await.unwrap(), "c");
+        q.done(&"c", Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        q.add("c");
+        assert_eq!(q.depth(), 1);
+    }
+
+    #[test]
+    fn ended_cooldowns_are_swept() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        rt.block_on(async {
+            let q: Arc<Queue<u32>> = Queue::new();
+            for k in 0..10_000u32 {
+                q.add(k);
+                assert_eq!(q.next().await, Some(k));
+                q.done(&k, Duration::from_nanos(1));
+            }
+            assert!(q.inner.lock().unwrap().cooling.len() < 100, "entries in proportion to the keys cooling");
+        });
     }
 
     #[tokio::test]

@@ -101,6 +101,9 @@ pub struct Gateway {
     denied: Arc<AtomicU64>,
     /// Whether the last cluster call ended in `conflict` (see [`Gateway::ended_in_conflict`]).
     conflict: Arc<AtomicBool>,
+    /// Whether a write to an object other than the reconciled one was accepted (see
+    /// [`Gateway::changed_others`]).
+    changed_others: Arc<AtomicBool>,
     cache: Option<Arc<PluginCache>>,
     /// The object this gateway's reconcile is of (see [`Gateway::reconciling`]).
     reconciled: Option<ObjectRef>,
@@ -115,6 +118,7 @@ impl Gateway {
             backend,
             denied: Arc::default(),
             conflict: Arc::default(),
+            changed_others: Arc::default(),
             cache: None,
             reconciled: None,
             own: None,
@@ -169,6 +173,22 @@ impl Gateway {
     /// watch caches and gets no Warning Event.
     pub fn ended_in_conflict(&self) -> bool {
         self.conflict.load(Ordering::Relaxed)
+    }
+
+    /// Whether a reconcile through this gateway (or a clone) changed an object other
+    /// than the one reconciled: an accepted create, update, status update or delete.
+    /// The controller lets a reconcile that only looked (and wrote at most its own
+    /// object) cool down before the next, and runs the next at once after one that
+    /// took a step of a rollout (see `controllers::pace`).
+    pub fn changed_others(&self) -> bool {
+        self.changed_others.load(Ordering::Relaxed)
+    }
+
+    /// Notes an accepted write of `r` for [`Gateway::changed_others`].
+    fn wrote<T>(&self, r: &ObjectRef, written: &Result<T, Error>) {
+        if written.is_ok() && self.reconciled.as_ref() != Some(r) {
+            self.changed_others.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The authority check every path goes through. The kind's scope is looked up
@@ -235,7 +255,9 @@ impl Gateway {
     pub async fn create(&self, object: Value) -> Result<Value, Error> {
         let r = create_ref(&object)?;
         self.check(&r.kind_ref(), Verb::Create, r.namespace.as_deref()).await?;
-        self.counted(Verb::Create, self.backend.create(object).await)
+        let written = self.backend.create(object).await;
+        self.wrote(&r, &written);
+        self.counted(Verb::Create, written)
     }
 
     pub async fn update(&self, object: Value) -> Result<Value, Error> {
@@ -244,6 +266,7 @@ impl Gateway {
         let from = resource_version(&object);
         let written = self.backend.update(object).await;
         self.own_write(&r, from.as_deref(), &written);
+        self.wrote(&r, &written);
         self.counted(Verb::Update, written)
     }
 
@@ -253,12 +276,15 @@ impl Gateway {
         let from = resource_version(&object);
         let written = self.backend.update_status(object).await;
         self.own_write(&r, from.as_deref(), &written);
+        self.wrote(&r, &written);
         self.counted(Verb::UpdateStatus, written)
     }
 
     pub async fn delete(&self, object: &ObjectRef) -> Result<(), Error> {
         self.check(&object.kind_ref(), Verb::Delete, object.namespace.as_deref()).await?;
-        self.counted(Verb::Delete, self.backend.delete(object).await)
+        let gone = self.backend.delete(object).await;
+        self.wrote(object, &gone);
+        self.counted(Verb::Delete, gone)
     }
 
     /// An Event the plugin records. It goes through the same check as a `get` of the
@@ -369,6 +395,27 @@ mod tests {
         assert!(matches!(g.get(&secret, Read::Cached).await, Err(Error::Forbidden(_))));
         assert_eq!(g.denied_calls(), 2);
         assert!(mem.fake().take_writes().is_empty());
+    }
+
+    #[tokio::test]
+    async fn knows_whether_a_reconcile_changed_objects_other_than_its_own() {
+        let cm = KindRef::new("v1", "ConfigMap");
+        let mut p = Permissions::default();
+        p.allow(&cm, &[Verb::Create, Verb::Update, Verb::UpdateStatus]);
+        let (g, _) = gateway(p);
+        let g = g.reconciling(ObjectRef::new(&cm, Some("d"), "mine"), None);
+        let seen_by_worker = g.clone();
+        let named =
+            |n: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "d"}});
+        let mine = g.create(named("mine")).await.unwrap();
+        let mine = g.update(mine).await.unwrap();
+        g.update_status(mine).await.unwrap();
+        assert!(!g.changed_others(), "writes of the reconciled object");
+        g.create(named("mine")).await.unwrap_err();
+        g.update(named("missing")).await.unwrap_err();
+        assert!(!seen_by_worker.changed_others(), "writes refused");
+        g.create(named("other")).await.unwrap();
+        assert!(seen_by_worker.changed_others(), "clones share it");
     }
 
     #[tokio::test]

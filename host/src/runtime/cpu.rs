@@ -12,8 +12,11 @@
 //! A call is judged by its plugin too: one that answers each review in 5 ms is no
 //! short job either, however short each call, and fifty connections of them crowd out
 //! a healthy plugin as surely. So each plugin keeps a running mean of its calls'
-//! thread time; a *heavy* plugin (mean over [`HEAVY`]) has each new call take its
-//! turn in the lane before it starts, as a long call does at each tick.
+//! thread time, one per kind of call (its reviews apart from its reconciles: the
+//! *work* `call.rs` names, so a plugin whose reconciles count thousands of Pods still
+//! answers its quick reviews as short jobs); heavy work (mean over [`HEAVY`]) has
+//! each new call take its turn in the lane before it starts, as a long call does at
+//! each tick.
 //!
 //! Flow: every call is metered (`Metered` times each poll of its future: guest
 //! compute, instantiation and the host's own work for it, never its waits). At each
@@ -58,8 +61,8 @@ pub(super) struct Cpu {
     /// When a short call's poll last ended, in ns since `base`.
     last: AtomicU64,
     lane: tokio::sync::Mutex<()>,
-    /// Per plugin: the running mean of its calls' thread time, in seconds. Keyed by
-    /// the names of plugins that ran, as the runtime's slots are.
+    /// Per work (a plugin and a kind of call): the running mean of its calls' thread
+    /// time, in seconds. Keyed by the plugins that ran, as the runtime's slots are.
     means: std::sync::Mutex<std::collections::HashMap<Arc<str>, f64>>,
 }
 
@@ -83,10 +86,10 @@ impl Cpu {
         self.polling.load(Relaxed) == 0 && self.now().saturating_sub(self.last.load(Relaxed)) >= QUIET.as_nanos() as u64
     }
 
-    /// Waits before a call of `plugin` starts, if the plugin is heavy and short calls
+    /// Waits before a call of `work` starts, if that work is heavy and short calls
     /// are busy: its turn in the lane, as a long call's at a tick.
-    pub(super) async fn admit(&self, plugin: &str) {
-        let heavy = self.means.lock().unwrap().get(plugin).is_some_and(|m| *m >= HEAVY.as_secs_f64());
+    pub(super) async fn admit(&self, work: &str) {
+        let heavy = self.means.lock().unwrap().get(work).is_some_and(|m| *m >= HEAVY.as_secs_f64());
         if heavy {
             self.turn_if_busy().await;
         }
@@ -103,10 +106,10 @@ impl Cpu {
         }
     }
 
-    /// A call of `plugin` ended having spent `spent` on a thread.
-    pub(super) fn ended(&self, plugin: &Arc<str>, spent: Duration) {
+    /// A call of `work` ended having spent `spent` on a thread.
+    pub(super) fn ended(&self, work: &Arc<str>, spent: Duration) {
         let mut means = self.means.lock().unwrap();
-        let m = means.entry(plugin.clone()).or_insert(0.0);
+        let m = means.entry(work.clone()).or_insert(0.0);
         *m += (spent.as_secs_f64() - *m) * MEAN_WEIGHT;
     }
 
@@ -282,6 +285,24 @@ mod tests {
         let t = tokio::time::Instant::now();
         cpu.admit("greedy").await;
         assert!(t.elapsed() < QUIET * 5, "{:?}", t.elapsed());
+        drop(short);
+    }
+
+    #[tokio::test]
+    async fn heavy_reconciles_do_not_make_the_same_plugins_reviews_wait() {
+        let cpu = Cpu::new();
+        let short = Meter::new(&cpu, "other".into());
+        short.begin();
+        for _ in 0..8 {
+            cpu.ended(&"sidecarset/reconcile".into(), LONG * 4);
+            cpu.ended(&"sidecarset/review".into(), Duration::from_micros(200));
+        }
+        let t = tokio::time::Instant::now();
+        cpu.admit("sidecarset/review").await;
+        assert!(t.elapsed() < QUIET * 5, "a quick review starts at once: {:?}", t.elapsed());
+        let t = tokio::time::Instant::now();
+        cpu.admit("sidecarset/reconcile").await;
+        assert!(t.elapsed() >= PACE, "the heavy reconcile waits its turn: {:?}", t.elapsed());
         drop(short);
     }
 
