@@ -14,14 +14,16 @@
 
 use std::time::Duration;
 
-/// How long an object rests after a reconcile that took `ran` (and `changed_others`, see
-/// above: then not at all) before the next one may start, so that its reconciles take
-/// at most `share` percent of the time. Why in
-/// proportion: a Memcached reconcile of a millisecond rests a few, unnoticed, while a
-/// SidecarSet reconcile counting 2,000 Pods (~100 ms) that every Pod event would re-run
-/// back to back rests ~300 ms at 25 %, folding the events meanwhile into one run. Why
-/// capped: a reconcile slowed by a slow apiserver should not leave its object waiting
-/// long after the apiserver recovers.
+/// How long an object rests after a reconcile that took `ran` (wall time, waits for a
+/// slot or the apiserver included) before the next one may start, so that its
+/// reconciles take at most `share` percent of the time; not at all if it
+/// `changed_others` (see above).
+///
+/// Why in proportion: a Memcached reconcile of a millisecond rests a few, unnoticed,
+/// while a SidecarSet reconcile counting 2,000 Pods (~100 ms) that every Pod event
+/// would re-run back to back rests ~300 ms at 25 %, folding the events meanwhile into
+/// one run. Why capped: a reconcile slowed by a slow apiserver should not leave its
+/// object waiting long after the apiserver recovers.
 pub fn cooldown(ran: Duration, changed_others: bool, share: u8) -> Duration {
     const MOST: Duration = Duration::from_secs(5);
     if changed_others {

@@ -9,7 +9,7 @@
 //! Go; a plugin's reconcile that counts thousands of objects computes for tens of ms,
 //! and while a Deployment creates 2,000 Pods their events would have it run back to
 //! back, a core's worth for minutes. The controller sets a cooldown in proportion to
-//! the run that just ended, so cheap reconciles are not slowed (see `controller.rs`).
+//! the run that just ended, so cheap reconciles are not slowed (see `pace.rs`).
 //!
 //! Delayed adds share one timer per queue: a heap of due times, drained by a single
 //! task that sleeps until the earliest and is woken when an earlier one arrives. Why
