@@ -26,6 +26,11 @@ fn pack(dir: &Path, wasm: &Path, ns: &str) -> Result<String> {
     Ok(String::from_utf8(out.stdout)?)
 }
 
+fn sha256(file: &Path) -> Result<String> {
+    let out = Command::new("sha256sum").arg(file).output()?;
+    Ok(String::from_utf8(out.stdout)?.split_whitespace().next().unwrap_or_default().to_owned())
+}
+
 fn probe_cm(ns: &str, name: &str, value: &str) -> String {
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{probe: \"true\"}}}}\ndata: {{value: \"{value}\"}}\n"
@@ -111,13 +116,33 @@ fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
     expect(&ns.0, "a", "2", "v2")?;
     // v2 served first from Winch's code; Cranelift's replaces it in the background
     // and serves the next reconcile just the same.
-    let out = Command::new("sha256sum").arg(plugin_path("probe-v2.wasm")).output()?;
-    let sha = String::from_utf8(out.stdout)?.split_whitespace().next().unwrap_or_default().to_owned();
+    let sha = sha256(&plugin_path("probe-v2.wasm"))?;
     eventually("v2's code optimized", Duration::from_secs(60), || {
         if host.logs().contains(&format!("plugin code optimized sha256={sha}")) { Ok(()) } else { bail!("not yet") }
     })?;
     apply(&probe_cm(&ns.0, "a", "2b")).map_err(|e| anyhow!(e))?;
     expect(&ns.0, "a", "2b", "v2")?;
+
+    // v2 again with a custom section appended (new bytes, the same code). v2 now runs
+    // optimized code, so this reload is compiled optimized before it serves: no
+    // stretch of slower baseline code after a reload of a plugin that was fast.
+    let v2b = work.path().join("probe-v2b.wasm");
+    let mut bytes = std::fs::read(plugin_path("probe-v2.wasm"))?;
+    bytes.extend_from_slice(&[0, 5, 4, b'n', b'o', b't', b'e']);
+    std::fs::write(&v2b, &bytes)?;
+    let sha_b = sha256(&v2b)?;
+    apply_server_side(&pack(work.path(), &v2b, &ns.0)?).map_err(|e| anyhow!(e))?;
+    let loaded = eventually("v2b loaded", Duration::from_secs(60), || {
+        let logs = host.logs();
+        match logs.lines().find(|l| l.contains("plugin loaded plugin=probe") && l.contains(&sha_b)) {
+            Some(line) => Ok(line.to_owned()),
+            None => bail!("not yet"),
+        }
+    })?;
+    assert!(loaded.contains("code=optimized"), "a reload of optimized code served baseline code: {loaded}");
+    assert!(host.logs().contains(&format!("plugin code optimized sha256={sha_b}")), "no compile logged for v2b");
+    apply(&probe_cm(&ns.0, "a", "2c")).map_err(|e| anyhow!(e))?;
+    expect(&ns.0, "a", "2c", "v2")?;
 
     // Rejected versions: an Event on the ConfigMap each time, and v2 keeps serving.
     let not_a_plugin = std::fs::read(plugin_path("not-a-plugin.wasm"))?;

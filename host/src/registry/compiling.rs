@@ -15,6 +15,8 @@
 //! many names compile once. (Lowering the compile threads' CPU priority was tried and
 //! dropped: on a busy machine a niced compile starved for minutes.)
 //!
+//! A reload of a plugin already on optimized code skips the baseline tier (`ahead`).
+//!
 //! Caveat: wasmtime cannot cancel a compile; one past its time cap runs on to its end
 //! on its own thread, holding the compile turn, so later compiles wait for it (within
 //! their own time cap) rather than run beside it.
@@ -57,6 +59,8 @@ fn tier_up_delay(next_after: Duration) -> Duration {
 }
 
 impl Registry {
+    /// `ahead`: the plugin's current version runs optimized code, so this one is
+    /// compiled optimized before it serves (see `ahead`).
     pub(super) async fn compile(
         &self,
         digest: [u8; 32],
@@ -64,9 +68,17 @@ impl Registry {
         name: &str,
         bytes: &Arc<[u8]>,
         next_after: Duration,
+        ahead: bool,
     ) -> Result<Arc<Compiled>, RuntimeError> {
         if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
             return Ok(c);
+        }
+        if ahead
+            && format == Format::Component
+            && self.runtime.tiered()
+            && let Some(c) = self.compile_ahead(digest, bytes).await?
+        {
+            return Ok(self.remember(digest, c));
         }
         let compiled = tokio::time::timeout(COMPILE_TIME, async {
             let turn = self.compiling.clone().acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
@@ -90,17 +102,21 @@ impl Registry {
             Got::Fresh(c) => c,
             Got::Shared(c) => return Ok(c),
         };
-        let compiled = Arc::new(compiled);
-        {
-            let mut cache = self.compiled.lock().unwrap();
-            cache.retain(|_, w| w.strong_count() > 0);
-            cache.insert(digest, Arc::downgrade(&compiled));
-        }
+        let compiled = self.remember(digest, compiled);
         if self.runtime.wants_optimizing(&compiled) {
             compiled.keep_source(bytes.clone());
             self.optimize_later(digest, &compiled, tier_up_delay(next_after));
         }
         Ok(compiled)
+    }
+
+    /// Shares `compiled` with later loads of the same bytes.
+    fn remember(&self, digest: [u8; 32], compiled: Compiled) -> Arc<Compiled> {
+        let compiled = Arc::new(compiled);
+        let mut cache = self.compiled.lock().unwrap();
+        cache.retain(|_, w| w.strong_count() > 0);
+        cache.insert(digest, Arc::downgrade(&compiled));
+        compiled
     }
 
     /// Tier-up in the background, one plugin at a time so a host loading many plugins

@@ -10,6 +10,7 @@
 //!
 //! Controllers subscribe to [`RegistryEvent`]s to start, re-watch and stop.
 
+mod ahead;
 mod compiling;
 
 pub use compiling::{MAX_RELOAD_INTERVAL, MIN_RELOAD_INTERVAL};
@@ -219,7 +220,9 @@ impl Registry {
             }
         };
         let sha256 = hex::encode(digest);
+        let mut ahead = false;
         if let Some(cur) = self.get(&spec.name) {
+            ahead = cur.compiled.optimized() && !cur.compiled.is_script();
             claim(&spec.name, &cur, Place::of(&spec.origin, spec.origin_object.as_ref()))?;
             if cur.origin == spec.origin
                 && cur.sha256 == sha256
@@ -231,7 +234,7 @@ impl Registry {
                 return Ok(cur);
             }
         }
-        let compiled = self.compile(code_key, spec.format, &spec.name, &spec.bytes, next_after).await?;
+        let compiled = self.compile(code_key, spec.format, &spec.name, &spec.bytes, next_after, ahead).await?;
         let mut manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
         narrow(&mut manifest, &spec.narrowing)?;
         let handlers = self.runtime.handlers(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
@@ -296,7 +299,8 @@ impl Registry {
         METRICS.plugin_serving(&loaded.name, Some((&loaded.manifest.version, &loaded.sha256)));
         tracing::info!(
             plugin = %loaded.name, version = %loaded.manifest.version, sha256 = %loaded.sha256,
-            origin = %loaded.origin, primary = %loaded.manifest.primary, "plugin loaded"
+            origin = %loaded.origin, primary = %loaded.manifest.primary,
+            code = %if loaded.compiled.optimized() { "optimized" } else { "baseline" }, "plugin loaded"
         );
         let _ = self.events.send(event);
         Ok(loaded)

@@ -141,9 +141,27 @@ impl Runtime {
         Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len()))
     }
 
+    /// Compiles with Cranelift now (or takes its code from the cache), skipping the
+    /// baseline tier: for a reload of a plugin whose current version already runs
+    /// optimized code, so the new version does not serve slower code than the old
+    /// one did (see `registry::compiling`). CPU-heavy, like `compile`.
+    pub fn compile_optimizing(&self, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
+        check_header(bytes)?;
+        let component = match self.cached(bytes) {
+            Some(c) => c,
+            None => self.compile_optimized(bytes)?,
+        };
+        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len()))
+    }
+
+    /// Whether plugins load on baseline code first and tier up later.
+    pub fn tiered(&self) -> bool {
+        self.config.compiler == Compiler::Tiered
+    }
+
     /// Whether `c` still runs baseline code that [`Runtime::optimize`] should replace.
     pub fn wants_optimizing(&self, c: &Compiled) -> bool {
-        self.config.compiler == Compiler::Tiered && !c.optimized()
+        self.tiered() && !c.optimized()
     }
 
     /// Replaces `c`'s code with Cranelift's (compiled now, or loaded from the cache).
