@@ -123,9 +123,9 @@ fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
     apply(&probe_cm(&ns.0, "a", "2b")).map_err(|e| anyhow!(e))?;
     expect(&ns.0, "a", "2b", "v2")?;
 
-    // v2 again with a custom section appended (new bytes, the same code). v2 now runs
-    // optimized code, so this reload is compiled optimized before it serves: no
-    // stretch of slower baseline code after a reload of a plugin that was fast.
+    // v2 again with a custom section appended (new bytes, the same code). v2 serves a
+    // webhook and now runs optimized code, so this reload is compiled optimized before
+    // it serves: no stretch of slower baseline code after a reload of a fast webhook.
     let v2b = work.path().join("probe-v2b.wasm");
     let mut bytes = std::fs::read(plugin_path("probe-v2.wasm"))?;
     bytes.extend_from_slice(&[0, 5, 4, b'n', b'o', b't', b'e']);

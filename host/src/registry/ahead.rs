@@ -1,6 +1,7 @@
-//! Reloads compiled ahead: a new version of a plugin whose current version already runs
-//! optimized (Cranelift) code is compiled by Cranelift before it serves, at a lower CPU
-//! priority than reconciles and reviews, while the current version keeps serving.
+//! Reloads compiled ahead: a new version of a webhook plugin (one that serves admission
+//! handlers) whose current version already runs optimized (Cranelift) code is compiled
+//! by Cranelift before it serves, at a lower CPU priority than reconciles and reviews,
+//! while the current version keeps serving.
 //!
 //! Why: tiering (baseline code at once, Cranelift's a few seconds later, see
 //! `compiling`) is right for a first load, where nothing serves until the plugin
@@ -8,7 +9,10 @@
 //! one for seconds, and then compile at full priority beside it: a SidecarSet
 //! injection webhook at 5,000 reviews/s on one core fell 1.2–1.9 s behind during a
 //! reload (BENCHMARKS.md, issue 23). Compiled ahead, the switch is from fast code to
-//! fast code, and the compile takes only the CPU that reviews leave.
+//! fast code, and the compile takes only the CPU that reviews leave. Why only webhook
+//! plugins: a review sits in the apiserver's request path, a reconcile does not; a
+//! reconcile-only plugin serves its new code within a second, as on a first load, and
+//! runs slower for the seconds until its tier-up.
 //!
 //! Why only reloads are niced: a niced compile of a first load starved for minutes on
 //! a busy machine (`compiling`); here something serves while it waits, and after

@@ -15,7 +15,8 @@
 //! many names compile once. (Lowering the compile threads' CPU priority was tried and
 //! dropped: on a busy machine a niced compile starved for minutes.)
 //!
-//! A reload of a plugin already on optimized code skips the baseline tier (`ahead`).
+//! A reload of a webhook plugin already on optimized code skips the baseline tier
+//! (`ahead`).
 //!
 //! Caveat: wasmtime cannot cancel a compile; one past its time cap runs on to its end
 //! on its own thread, holding the compile turn, so later compiles wait for it (within
@@ -59,8 +60,8 @@ fn tier_up_delay(next_after: Duration) -> Duration {
 }
 
 impl Registry {
-    /// `ahead`: the plugin's current version runs optimized code, so this one is
-    /// compiled optimized before it serves (see `ahead`).
+    /// `ahead`: the plugin serves webhooks and its current version runs optimized code,
+    /// so this one is compiled optimized before it serves (see `ahead`).
     pub(super) async fn compile(
         &self,
         digest: [u8; 32],

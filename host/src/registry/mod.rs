@@ -222,7 +222,8 @@ impl Registry {
         let sha256 = hex::encode(digest);
         let mut ahead = false;
         if let Some(cur) = self.get(&spec.name) {
-            ahead = cur.compiled.optimized() && !cur.compiled.is_script();
+            // Only webhooks: a reconcile on slower code for seconds costs no one a wait.
+            ahead = cur.compiled.optimized() && !cur.compiled.is_script() && !cur.handlers.is_empty();
             claim(&spec.name, &cur, Place::of(&spec.origin, spec.origin_object.as_ref()))?;
             if cur.origin == spec.origin
                 && cur.sha256 == sha256

@@ -33,9 +33,9 @@ use super::{RuntimeConfig, RuntimeError};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Compiler {
     /// Winch first, so a new plugin serves within a fraction of a second; Cranelift
-    /// code replaces it in the background. A reload of a plugin already on Cranelift's
-    /// code compiles the new version with Cranelift before it serves, the old one
-    /// serving meanwhile (`registry::ahead`). Why default: load latency is what an
+    /// code replaces it in the background. A reload of a webhook plugin already on
+    /// Cranelift's code compiles the new version with Cranelift before it serves, the
+    /// old one serving meanwhile (`registry::ahead`). Why default: load latency is what an
     /// operator author waits on, and steady-state speed arrives seconds later.
     #[default]
     Tiered,
