@@ -21,6 +21,11 @@ Usage: scripts/bench-admission.py [--quick]  (needs `make plugins` and a control
 BENCH_RUNS=N: N runs instead of 5; BENCH_SECS=S: runs of S s instead of 10;
 WASMOP_BENCH_HOST=PATH: measure that host binary; WASMOP_BENCH_PLUGIN=PATH: that sidecarset.wasm; BENCH_HOST_LOG=FILE: keep the host's log;
 ADMISSION_LOAD_DUMP=PREFIX: every review of run N in PREFIX.N (`scripts/admission-stalls.py`);
+BENCH_TRACE=DIR: the runs' reviews and a scheduler trace of every core (perf) in DIR, for
+`scripts/admission-stall-causes.py DIR`; BENCH_HALT_POLL_NS=N: the guest's halt polling
+set to N ns for the invocation (root, haltpoll driver; `scripts/wakeups.py`). Below the
+rows: how late this machine wakes an idle core (`wakeups.describe`), the floor a VM puts
+under every stall before any code of ours runs (BENCHMARKS.md, issue 23);
 BENCH_BUSY=1: two more rows, the same rate while the host has other work (`busy`): the
 Memcached plugin (WASMOP_BENCH_MEMCACHED, else target/plugins/memcached.wasm) reconciles
 a burst of 100 new Memcacheds and the SidecarSet plugin is hot-reloaded, in every run
@@ -28,6 +33,7 @@ a burst of 100 new Memcacheds and the SidecarSet plugin is hot-reloaded, in ever
 
 import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
+import wakeups
 from benchlib import ENV, HOST, build, control_plane_on, control_plane_pids, cpu_seconds, grant_dir, kubectl, steal_on, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -121,6 +127,8 @@ def main():
             # Throughput: each connection sends as soon as it is answered. Latency: the
             # goal's 5,000 reviews/s offered, evenly and at random (see admission_load.rs).
             with control_plane_paused():
+                machine = wakeups.describe(0, 2 if QUICK else 10)
+            with traced(host.pid), control_plane_paused():
                 closed = [measure(host.pid, load + [str(SECS)]) for _ in range(RUNS)]
                 opened = [measure(host.pid, load + [str(SECS), str(RATE)]) for _ in range(RUNS)]
                 poisson = [measure(host.pid, load + [str(SECS), f"poisson:{RATE}"]) for _ in range(RUNS)]
@@ -128,7 +136,7 @@ def main():
             # run off the host's node.
             busy_even, busy_poisson = [], []
             if BUSY:
-                with control_plane_on("1"):
+                with traced(host.pid, "busy"), control_plane_on("1"):
                     for rows, rate in ((busy_even, str(RATE)), (busy_poisson, f"poisson:{RATE}")):
                         rows += [measure(host.pid, load + [str(SECS), rate], beside=busy(plugins, plugin)) for _ in range(RUNS)]
         finally:
@@ -147,6 +155,7 @@ def main():
     if BUSY:
         report(f"same, evenly spaced, with a {WITH}", busy_even)
         report(f"same, Poisson, with a {WITH}", busy_poisson)
+    print(f"\n{machine}")
 
 
 def tiered_up(log, timeout=120):
@@ -163,6 +172,31 @@ def tiered_up(log, timeout=120):
         time.sleep(0.2)
     print(f"warning: the host did not log 'plugin code optimized' within {timeout} s; timing the code it has",
           file=sys.stderr)
+
+
+@contextlib.contextmanager
+def traced(pid, name="quiet"):
+    """With BENCH_TRACE=DIR, every core's context switches, wake-ups and a 2 kHz clock
+    sample recorded meanwhile (perf, in DIR/perf-NAME.data), with what
+    `admission-stall-causes.py` needs to line them up with the reviews: the host's pid
+    and the monotonic clock's offset from Unix time (perf stamps events with the one,
+    the load's dumps with the other)."""
+    d = os.environ.get("BENCH_TRACE")
+    if not d:
+        yield
+        return
+    os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, "host.pid"), "w").write(str(pid))
+    open(os.path.join(d, "offset"), "w").write(repr(time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)))
+    data = os.path.join(d, f"perf-{name}.data")
+    perf = subprocess.Popen(["perf", "record", "-q", "-k", "mono", "-a", "-e", "sched:sched_switch,sched:sched_waking",
+                             "-e", "cpu-clock/period=500000/", "-o", data], stdout=subprocess.DEVNULL)
+    time.sleep(1)
+    try:
+        yield
+    finally:
+        perf.send_signal(signal.SIGINT)
+        perf.wait()
 
 
 @contextlib.contextmanager
@@ -240,8 +274,9 @@ def measure(pid, load, beside=None):
     CPU µs per review, steal on the host's core].
     With ADMISSION_LOAD_DUMP=PREFIX each run's reviews go to PREFIX.N (see admission_load.rs)."""
     env = dict(ENV)
-    if os.environ.get("ADMISSION_LOAD_DUMP"):
-        env["ADMISSION_LOAD_DUMP"] = f"{os.environ['ADMISSION_LOAD_DUMP']}.{next(RUN)}"
+    dump = os.path.join(os.environ["BENCH_TRACE"], "reviews") if os.environ.get("BENCH_TRACE") else os.environ.get("ADMISSION_LOAD_DUMP")
+    if dump:
+        env["ADMISSION_LOAD_DUMP"] = f"{dump}.{next(RUN)}"
     cpu, steal = cpu_seconds(pid), []
     with steal_on(0, steal):
         other = threading.Thread(target=beside) if beside else None
@@ -273,4 +308,5 @@ def report(setup, rows):
 
 
 if __name__ == "__main__":
-    main()
+    with wakeups.halt_poll(int(os.environ["BENCH_HALT_POLL_NS"]) if os.environ.get("BENCH_HALT_POLL_NS") else None):
+        main()

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Why each stall of a traced admission run happened: lines up the review dumps of
+`BENCH_TRACE=DIR scripts/bench-admission.py` with the scheduler trace the harness
+recorded beside them (perf, every core: context switches, wake-ups, and a 2 kHz
+clock sample on each core).
+
+A stall here is a gap of at least THRESHOLD ms (default 4) in which no review was
+answered while at least one was waiting. Each gets the first cause that covers over
+half of it:
+  core N did not run      no clock sample on core N for that long: the hypervisor ran
+                          something else (a halted core whose timer fired late, or
+                          a running one taken away)
+  late wake-up of core N  a thread was woken for core N while it was idle and ran
+                          that much later: the wake-up interrupt reached the halted
+                          core late
+  host busy (thread)      the host's threads were on its core, longest the one named
+                          (our code)
+  other task on core N    something else held the core the host or load waited for
+  unexplained             none of these
+
+Usage: scripts/admission-stall-causes.py [--threshold MS] DIR  (DIR as given to
+BENCH_TRACE; needs perf)."""
+
+import bisect, collections, glob, os, re, subprocess, sys
+
+HEAD = re.compile(r"^\s*(.+?)\s+(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+):\s*(.*)$")
+SWITCH = re.compile(r"prev_pid=(\d+) .*==> next_comm=(.+?) next_pid=(\d+)")
+WAKING = re.compile(r"pid=(\d+) .*target_cpu=(\d+)")
+
+
+def trace(d):
+    """(samples per core, [(t, core, next tid)] switches, late wake-ups, tid -> pid,
+    tid -> thread name) from
+    every DIR/perf-*.data (the harness's quiet and busy rows)."""
+    off = float(open(os.path.join(d, "offset")).read())
+    samples, switches, late, pid_of, names = collections.defaultdict(list), [], [], {0: 0}, {}
+    for data in sorted(glob.glob(os.path.join(d, "perf-*.data"))):
+        out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,pid,tid,cpu,time,event,trace"],
+                             capture_output=True, text=True, check=True).stdout
+        read(out, off, samples, switches, late, pid_of, names)
+    for ts in samples.values():
+        ts.sort()
+    switches.sort()
+    return samples, switches, sorted(late), pid_of, names
+
+
+def read(out, off, samples, switches, late, pid_of, names):
+    """One perf script's events into the lists of `trace`."""
+    running, pending = collections.defaultdict(int), {}
+    for line in out.splitlines():
+        m = HEAD.match(line)
+        if not m:
+            continue
+        pid, tid, core, t, ev, rest = int(m[2]), int(m[3]), int(m[4]), float(m[5]) + off, m[6], m[7]
+        pid_of[tid] = pid
+        if ev.startswith("cpu-clock"):
+            samples[core].append(t)
+        elif ev == "sched:sched_waking":
+            w = WAKING.search(rest)
+            woken, target = int(w[1]), int(w[2])
+            # Idle at the wake-up: nothing but the idle task on the target core.
+            pending.setdefault(woken, (t, target, running[target] == 0))
+        elif ev == "sched:sched_switch":
+            s = SWITCH.search(rest)
+            nxt = int(s[3])
+            names[nxt] = s[2]
+            running[core] = nxt
+            switches.append((t, core, nxt))
+            if nxt in pending:
+                t0, target, idle = pending.pop(nxt)
+                if idle and t - t0 > 1e-3:
+                    late.append((t0, t, core))
+
+
+def gaps(dump, threshold):
+    """(start, end) of every gap in the dump's answers while a review waited."""
+    lines = open(dump).read().splitlines()
+    start = float(lines[0].split()[2])
+    reviews = sorted((start + float(t), start + float(t) + float(ms) / 1e3) for t, ms in (l.split() for l in lines[1:]))
+    answers = sorted(b for _, b in reviews)
+    out = []
+    for a, b in zip(answers, answers[1:]):
+        if b - a >= threshold / 1e3 and any(s < a and e >= b for s, e in reviews[:bisect.bisect_left(reviews, (a,))]):
+            out.append((a, b))
+    return start, out
+
+
+def hole(ts, a, b):
+    """The longest span of [a, b] without a timestamp of `ts`."""
+    seg = [a] + ts[bisect.bisect_left(ts, a):bisect.bisect_right(ts, b)] + [b]
+    return max(y - x for x, y in zip(seg, seg[1:]))
+
+
+def occupancy(switches, times, core, a, b):
+    """Seconds of [a, b] each tid held `core`."""
+    i = bisect.bisect_left(times, a)
+    prev = next((s for s in reversed(switches[:i]) if s[1] == core), None)
+    cur, at, held = (prev[2] if prev else 0), a, collections.Counter()
+    for t, c, nxt in switches[i:]:
+        if t > b:
+            break
+        if c == core:
+            held[cur] += t - at
+            cur, at = nxt, t
+    held[cur] += b - at
+    return held
+
+
+def cause(a, b, samples, switches, times, late, pid_of, names, host):
+    span = b - a
+    for core in sorted(samples):
+        h = hole(samples[core], a, b)
+        if h > span / 2:
+            return f"core {core} did not run", h
+    lo = bisect.bisect_left(late, (a - 0.05,))
+    for t0, t1, core in late[lo:]:
+        if t0 > b:
+            break
+        if min(t1, b) - max(t0, a) > span / 2:
+            return f"late wake-up of core {core}", t1 - t0
+    held = occupancy(switches, times, 0, a, b)
+    mine = {k: v for k, v in held.items() if pid_of.get(k) == host}
+    if sum(mine.values()) > span / 2:
+        # Named by the thread that held the core longest: the tokio worker (reviews,
+        # reconciles) or one of the host's own threads (compiles, the epoch ticker).
+        top = max(mine, key=mine.get)
+        return f"host busy ({names.get(top, top)})", sum(mine.values())
+    for core in sorted(samples):
+        other = max(((v, k) for k, v in occupancy(switches, times, core, a, b).items()
+                     if k and pid_of.get(k) != host), default=(0, 0))
+        if other[0] > span / 2:
+            return f"other task on core {core} ({names.get(other[1], other[1])})", other[0]
+    return "unexplained", span
+
+
+def main():
+    args = sys.argv[1:]
+    threshold = 4.0
+    if args[:1] == ["--threshold"]:
+        threshold, args = float(args[1]), args[2:]
+    d = args[0]
+    host = int(open(os.path.join(d, "host.pid")).read())
+    samples, switches, late, pid_of, names = trace(d)
+    times = [s[0] for s in switches]
+    total = collections.Counter()
+    for dump in sorted(glob.glob(os.path.join(d, "reviews.*")), key=lambda p: int(p.rsplit(".", 1)[1])):
+        start, found = gaps(dump, threshold)
+        kinds = collections.Counter()
+        for a, b in found:
+            why, ms = cause(a, b, samples, switches, times, late, pid_of, names, host)
+            kinds[why] += 1
+            print(f"  {os.path.basename(dump)} +{a - start:6.3f} s  {1e3 * (b - a):5.1f} ms without an answer: {why} ({1e3 * ms:.1f} ms)")
+        total.update(kinds)
+        print(f"{os.path.basename(dump)}: {len(found)} stalls of {threshold:g} ms or more: {dict(kinds)}")
+    print(f"all runs: {sum(total.values())} stalls: {dict(total.most_common())}")
+
+
+if __name__ == "__main__":
+    main()
