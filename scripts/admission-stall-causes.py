@@ -23,6 +23,8 @@ BENCH_TRACE; needs perf)."""
 
 import bisect, collections, glob, os, re, subprocess, sys
 
+from benchlib import review_dump
+
 HEAD = re.compile(r"^\s*(.+?)\s+(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+):\s*(.*)$")
 SWITCH = re.compile(r"prev_pid=(\d+) .*==> next_comm=(.+?) next_pid=(\d+)")
 WAKING = re.compile(r"pid=(\d+) .*target_cpu=(\d+)")
@@ -30,8 +32,7 @@ WAKING = re.compile(r"pid=(\d+) .*target_cpu=(\d+)")
 
 def trace(d):
     """(samples per core, [(t, core, next tid)] switches, late wake-ups, tid -> pid,
-    tid -> thread name) from
-    every DIR/perf-*.data (the harness's quiet and busy rows)."""
+    tid -> thread name) from every DIR/perf-*.data (the harness's quiet and busy rows)."""
     off = float(open(os.path.join(d, "offset")).read())
     samples, switches, late, pid_of, names = collections.defaultdict(list), [], [], {0: 0}, {}
     for data in sorted(glob.glob(os.path.join(d, "perf-*.data"))):
@@ -74,9 +75,8 @@ def read(out, off, samples, switches, late, pid_of, names):
 
 def gaps(dump, threshold):
     """(start, end) of every gap in the dump's answers while a review waited."""
-    lines = open(dump).read().splitlines()
-    start = float(lines[0].split()[2])
-    reviews = sorted((start + float(t), start + float(t) + float(ms) / 1e3) for t, ms in (l.split() for l in lines[1:]))
+    start, dumped = review_dump(dump)
+    reviews = sorted((start + t, start + t + ms / 1e3) for t, ms in dumped)
     answers = sorted(b for _, b in reviews)
     out = []
     for a, b in zip(answers, answers[1:]):
@@ -94,7 +94,7 @@ def hole(ts, a, b):
 def occupancy(switches, times, core, a, b):
     """Seconds of [a, b] each tid held `core`."""
     i = bisect.bisect_left(times, a)
-    prev = next((s for s in reversed(switches[:i]) if s[1] == core), None)
+    prev = next((switches[j] for j in range(i - 1, -1, -1) if switches[j][1] == core), None)
     cur, at, held = (prev[2] if prev else 0), a, collections.Counter()
     for t, c, nxt in switches[i:]:
         if t > b:
@@ -118,7 +118,7 @@ def cause(a, b, samples, switches, times, late, pid_of, names, host):
             break
         if min(t1, b) - max(t0, a) > span / 2:
             return f"late wake-up of core {core}", t1 - t0
-    held = occupancy(switches, times, 0, a, b)
+    held = occupancy(switches, times, 0, a, b)  # the harness pins the host to core 0
     mine = {k: v for k, v in held.items() if pid_of.get(k) == host}
     if sum(mine.values()) > span / 2:
         # Named by the thread that held the core longest: the tokio worker (reviews,

@@ -9,12 +9,12 @@ Usage: scripts/admission-stalls.py [--threshold MS] DUMP..."""
 
 import datetime, sys
 
+from benchlib import review_dump
+
 
 def stalls(path, threshold):
-    lines = open(path).read().splitlines()
-    start = float(lines[0].split()[2]) if lines and lines[0].startswith("# start") else 0.0
-    slow = sorted((float(t) + float(ms) / 1e3, float(ms)) for t, ms in (l.split() for l in lines if not l.startswith("#"))
-                  if float(ms) >= threshold)
+    start, reviews = review_dump(path)
+    slow = sorted((t + ms / 1e3, ms) for t, ms in reviews if ms >= threshold)
     groups = []
     for answered, ms in slow:
         if groups and answered - groups[-1][1] < 0.005:

@@ -152,3 +152,11 @@ def cpu_seconds(pid):
     """User and system CPU time of process `pid` so far (all its threads)."""
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def review_dump(path):
+    """An ADMISSION_LOAD_DUMP file (`host/examples/admission_load.rs`): its start as Unix
+    time and each review's (send time in s from the start, latency in ms)."""
+    lines = open(path).read().splitlines()
+    start = float(lines[0].split()[2]) if lines and lines[0].startswith("# start") else 0.0
+    return start, [(float(t), float(ms)) for t, ms in (l.split() for l in lines if not l.startswith("#"))]

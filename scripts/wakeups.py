@@ -5,10 +5,10 @@ Why: on a VM, a core with nothing to run halts, and waking it (a timer, or anoth
 sending it work) is the hypervisor's job. With guest halt polling off (the kernel's
 `haltpoll.guest_halt_poll_ns=0`, as on this project's Firecracker machines) every idle
 spell ends in a halt, and the hypervisor takes from microseconds to several
-milliseconds to run the core again. A traced admission run (BENCHMARKS.md, issue 23)
-showed reviews waiting 4-8 ms while both the host's and the load's cores sat idle,
-each such stall ending with the late delivery of the wake-up interrupt. KVM guests
-poll for 200 µs before halting by default, which hides most of it.
+milliseconds to run the core again. In a traced admission run (BENCHMARKS.md, issue
+23), 61 of 68 quiet-run stalls of 4 ms or more had a core that did not run at all for
+most of the stall, and 5 more a wake-up interrupt that reached a halted core 1-8 ms
+late. KVM guests poll for 200 µs before halting by default, which hides part of it.
 
 `probe(core, secs)` measures it: one thread on `core` sleeps 1 ms at a time and records
 how late each wake-up was. `halt_poll(ns)` sets the guest's halt polling for a block
