@@ -291,6 +291,17 @@ fn a_pod_change_reconciles_only_the_sidecarsets_that_select_it() -> Result<()> {
         let n = format!("SidecarSet {} ", set(app));
         h.logs().lines().skip(from).filter(|l| l.contains("reconciled plugin=sidecarset") && l.contains(&n)).count()
     };
+    // Each set's own writes (status, revision) reconcile it again; wait until those
+    // chains end (no reconcile logged for 3 s) so that only the Pods' changes count.
+    let reconciles = || h.logs().lines().filter(|l| l.contains("reconciled plugin=sidecarset")).count();
+    let mut seen = (reconciles(), std::time::Instant::now());
+    eventually("the sets' own reconciles settle", Duration::from_secs(60), || {
+        let now = reconciles();
+        if now != seen.0 {
+            seen = (now, std::time::Instant::now());
+        }
+        if seen.1.elapsed() >= Duration::from_secs(3) { Ok(()) } else { bail!("{now} reconciles so far") }
+    })?;
     let created = h.logs().lines().count();
     apply(&pod(&ns.0, "p1", "web")).map_err(anyhow::Error::msg)?;
     apply(&pod(&ns.0, "p2", "web")).map_err(anyhow::Error::msg)?;
