@@ -22,6 +22,7 @@ use wasmtime::Store;
 use super::budget::{ENTRY_ROOM, waited};
 use super::cpu::{Cpu, Meter, Metered};
 use super::error::classify;
+use super::freeing::Freed;
 use super::host::{self, HostState};
 use super::tiers::Code;
 use super::warm::Warm;
@@ -74,7 +75,7 @@ impl Runtime {
         let run = async {
             // A heavy plugin waits its turn while short calls are busy (see `cpu`),
             // before it takes any slot another plugin could use.
-            self.cpu.admit(&work).await;
+            self.cpu.admit(&work, &meter).await;
             // The plugin's own slot first: a plugin at its cap waits without holding a
             // host-wide slot that another plugin could use.
             let _mine = self
@@ -82,14 +83,16 @@ impl Runtime {
                 .acquire_owned()
                 .await
                 .map_err(|_| RuntimeError::Closed)?;
-            let _slot = self.slots.acquire().await.map_err(|_| RuntimeError::Closed)?;
+            // Held by the Store's `Freed` until its instance is freed: the instance pool
+            // has room for as many instances as there are slots.
+            let slot = self.slots.clone().acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
             // The code current when the call starts serves the whole call, even if a
             // tier-up lands meanwhile.
             let code = c.current();
             let (mut store, instance, served) = match warm.and_then(|s| c.idle.take(name, &code, s, limits)) {
                 Some(mut w) => {
                     w.store.data_mut().begin(call, limits);
-                    (w.store, Some(w.instance), w.served)
+                    (Freed::new(w.store, slot), Some(w.instance), w.served)
                 }
                 None => {
                     phase = Phase::Memory;
@@ -108,7 +111,7 @@ impl Runtime {
                     );
                     let mut store = Store::new(code.pre.engine(), state);
                     store.limiter(|s| s.limiter());
-                    (store, None, 0)
+                    (Freed::new(store, slot), None, 0)
                 }
             };
             phase = Phase::Running;
@@ -123,10 +126,10 @@ impl Runtime {
             }
             let instance = match instance {
                 Some(i) => Ok(i),
-                None => code.pre.instantiate_async(&mut store).await,
+                None => code.pre.instantiate_async(&mut *store).await,
             };
             let r = match instance {
-                Ok(i) => f(&code, &i, &mut store).await.map(|r| (r, i)),
+                Ok(i) => f(&code, &i, &mut *store).await.map(|r| (r, i)),
                 Err(e) => Err(e),
             };
             peak = Some(store.data().limits.peak());
@@ -137,7 +140,7 @@ impl Runtime {
                 store.data_mut().end();
                 let w = Warm {
                     code,
-                    store,
+                    store: store.keep(),
                     instance,
                     settings: settings.to_owned(),
                     limits: limits.clone(),
@@ -148,12 +151,19 @@ impl Runtime {
             Ok(r)
         };
         let r = tokio::time::timeout(limits.deadline, Metered::new(run, meter.clone())).await;
-        self.cpu.ended(&work, meter.spent());
         let r = match r {
             Err(_) if phase == Phase::Memory => Err(RuntimeError::Budget(waited(limits.deadline))),
             Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
             Ok(r) => r,
         };
+        // A call that ran and faulted wasted its work (see `Cpu::ended`); one that
+        // timed out waiting (for its turn, a slot or memory) never ran.
+        let faulted = match r {
+            Err(RuntimeError::Trap { .. }) => true,
+            Err(RuntimeError::Timeout(_)) => phase == Phase::Running,
+            _ => false,
+        };
+        self.cpu.ended(&work, meter.spent(), faulted);
         if let Some(peak) = peak {
             let l = crate::metrics::labels(&[("plugin", name)]);
             crate::metrics::METRICS.plugin_memory.get_or_create(&l).set(peak as i64);

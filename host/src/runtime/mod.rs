@@ -28,6 +28,7 @@ mod config;
 mod convert;
 mod cpu;
 mod error;
+mod freeing;
 mod host;
 mod output;
 mod script;

@@ -1,0 +1,154 @@
+//! The lane's rules, each against a hand-driven meter: short first, long and heavy
+//! calls in turns, faulting work paced.
+
+use super::*;
+
+/// What "at once" allows on a loaded machine: well under a [`PACE`] wait.
+const AT_ONCE: Duration = Duration::from_millis(30);
+
+#[tokio::test]
+async fn a_call_turns_long_after_its_thread_time_not_its_wall_time() {
+    let cpu = Cpu::new();
+    let meter = Meter::new(&cpu, "p".into());
+    let m = meter.clone();
+    Metered::new(
+        async move {
+            // Waiting is not thread time.
+            tokio::time::sleep(LONG * 3).await;
+            assert!(m.spent() < LONG, "{:?}", m.spent());
+            assert!(cpu.pace(&m).is_none(), "short: computes on");
+            let t = Instant::now();
+            while t.elapsed() < LONG * 2 {
+                std::hint::spin_loop();
+            }
+            assert!(m.spent() >= LONG * 2, "the current poll counts");
+            // Long now; its own poll does not make the host busy, so on a quiet
+            // host its turn is just a yield.
+            let t = tokio::time::Instant::now();
+            cpu.pace(&m).expect("long: yields").await;
+            assert!(t.elapsed() < AT_ONCE, "long on a quiet host: computes on ({:?})", t.elapsed());
+            assert_eq!(cpu.polling.load(Relaxed), 0);
+            assert!(m.long.load(Relaxed));
+        },
+        meter.clone(),
+    )
+    .await;
+    assert!(meter.spent() >= LONG * 2);
+}
+
+#[tokio::test]
+async fn a_heavy_plugins_calls_wait_before_they_start_while_short_ones_are_busy() {
+    let cpu = Cpu::new();
+    let short = Meter::new(&cpu, "healthy".into());
+    short.begin();
+    // Never called yet, or calls of a fraction of a millisecond: not heavy.
+    let t = tokio::time::Instant::now();
+    cpu.admit("greedy", &Meter::new(&cpu, "greedy".into())).await;
+    for _ in 0..20 {
+        cpu.ended(&"greedy".into(), Duration::from_micros(200), false);
+    }
+    cpu.admit("greedy", &Meter::new(&cpu, "greedy".into())).await;
+    assert!(t.elapsed() < AT_ONCE, "{:?}", t.elapsed());
+    // Calls of 20 ms each: heavy after a few, and waits its turn.
+    for _ in 0..4 {
+        cpu.ended(&"greedy".into(), LONG * 2, false);
+    }
+    let t = tokio::time::Instant::now();
+    cpu.admit("greedy", &Meter::new(&cpu, "greedy".into())).await;
+    assert!(t.elapsed() >= PACE, "{:?}", t.elapsed());
+    // On a quiet host it starts at once, its own polls (as in `call.rs`, inside
+    // its metered future) not counted as a short call's.
+    short.end();
+    tokio::time::sleep(QUIET * 2).await;
+    let t = tokio::time::Instant::now();
+    let meter = Meter::new(&cpu, "greedy".into());
+    let (c, m) = (cpu.clone(), meter.clone());
+    Metered::new(async move { c.admit("greedy", &m).await }, meter).await;
+    assert!(t.elapsed() < AT_ONCE, "{:?}", t.elapsed());
+    assert_eq!(cpu.polling.load(Relaxed), 0);
+    drop(short);
+}
+
+#[tokio::test]
+async fn a_plugin_whose_calls_keep_faulting_is_paced_even_on_a_quiet_host_one_fault_is_not() {
+    let cpu = Cpu::new();
+    let quick = Duration::from_micros(300);
+    let admit = async |work: &str| {
+        let t = tokio::time::Instant::now();
+        cpu.admit(work, &Meter::new(&cpu, work.into())).await;
+        t.elapsed()
+    };
+    // One trap among quick, clean reviews: starts at once.
+    for faulted in [false, false, true, false, false] {
+        cpu.ended(&"flaky/review".into(), quick, faulted);
+    }
+    let waited = admit("flaky/review").await;
+    assert!(waited < AT_ONCE, "one fault: starts at once ({waited:?})");
+    // Reviews that each fail 0.3 ms in, at the memory budget: paced after six,
+    // though nothing else runs.
+    for _ in 0..5 {
+        cpu.ended(&"grabby/review".into(), quick, true);
+    }
+    let waited = admit("grabby/review").await;
+    assert!(waited < AT_ONCE, "five faults: not yet ({waited:?})");
+    cpu.ended(&"grabby/review".into(), quick, true);
+    let waited = admit("grabby/review").await;
+    assert!(waited >= PACE, "faulting work is paced: {waited:?}");
+    // Its faults are its own: the same plugin's reconciles start at once.
+    cpu.ended(&"grabby/reconcile".into(), quick, false);
+    let waited = admit("grabby/reconcile").await;
+    assert!(waited < AT_ONCE, "{waited:?}");
+}
+
+#[tokio::test]
+async fn heavy_reconciles_do_not_make_the_same_plugins_reviews_wait() {
+    let cpu = Cpu::new();
+    let short = Meter::new(&cpu, "other".into());
+    short.begin();
+    for _ in 0..8 {
+        cpu.ended(&"sidecarset/reconcile".into(), LONG * 4, false);
+        cpu.ended(&"sidecarset/review".into(), Duration::from_micros(200), false);
+    }
+    let t = tokio::time::Instant::now();
+    cpu.admit("sidecarset/review", &Meter::new(&cpu, "sidecarset/review".into())).await;
+    assert!(t.elapsed() < AT_ONCE, "a quick review starts at once: {:?}", t.elapsed());
+    let t = tokio::time::Instant::now();
+    cpu.admit("sidecarset/reconcile", &Meter::new(&cpu, "sidecarset/reconcile".into())).await;
+    assert!(t.elapsed() >= PACE, "the heavy reconcile waits its turn: {:?}", t.elapsed());
+    drop(short);
+}
+
+#[tokio::test]
+async fn long_calls_wait_while_short_ones_are_busy() {
+    let cpu = Cpu::new();
+    let long = Meter::new(&cpu, "greedy".into());
+    long.long.store(true, Relaxed);
+    let short = Meter::new(&cpu, "healthy".into());
+    // A short call is inside a poll (on another thread): the long one waits.
+    short.begin();
+    let wait = cpu.pace(&long).expect("short work is busy: the long call waits");
+    let ends = {
+        let short = short.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(PACE / 3).await;
+            short.end();
+        })
+    };
+    let t = tokio::time::Instant::now();
+    wait.await;
+    let waited = t.elapsed();
+    assert!(waited >= PACE / 3 - QUIET, "held back while the short call runs: {waited:?}");
+    assert!(waited < PACE, "a quiet moment ends the wait early: {waited:?}");
+    ends.await.unwrap();
+    // A short call that never stops holds it back for PACE, not forever.
+    short.begin();
+    let t = tokio::time::Instant::now();
+    cpu.pace(&long).expect("busy").await;
+    let waited = t.elapsed();
+    assert!(waited >= PACE && waited < PACE * 3, "one tick per PACE however busy: {waited:?}");
+    short.end();
+    tokio::time::sleep(QUIET * 3).await;
+    let t = tokio::time::Instant::now();
+    cpu.pace(&long).expect("long: yields").await;
+    assert!(t.elapsed() < AT_ONCE, "quiet again: {:?}", t.elapsed());
+}
