@@ -13,7 +13,8 @@
 //! [`throttle`]) and makes long calls take turns while short ones are busy (`cpu`); the Store's limiter
 //! holds the instance to its memory cap, the host-wide budget and wasmtime's counts of
 //! instances, tables and memories; host-call fuel bounds what one host call may copy
-//! out of the guest.
+//! out of the guest. When it ends, an instance that grew big is freed on a blocking
+//! thread, with the call's slot (`freeing`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,8 +74,9 @@ impl Runtime {
         let mut peak = None;
         let meter = Meter::new(&self.cpu, plugin.clone());
         let run = async {
-            // A heavy plugin waits its turn while short calls are busy (see `cpu`),
-            // before it takes any slot another plugin could use.
+            // A heavy plugin waits its turn while short calls are busy, and one whose
+            // calls keep faulting is paced (see `cpu`), before it takes any slot
+            // another plugin could use.
             self.cpu.admit(&work, &meter).await;
             // The plugin's own slot first: a plugin at its cap waits without holding a
             // host-wide slot that another plugin could use.

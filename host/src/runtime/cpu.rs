@@ -20,11 +20,11 @@
 //!
 //! Work whose calls keep faulting (trapping or running out of time once running) is
 //! paced harder: each new call waits for a lane of its own and then [`PACE`] before it
-//! starts, however quiet the host, so it starts at most ~11 calls a second host-wide. Why: such calls fail
-//! fast (fifty concurrent reviews each refused at the memory budget a millisecond in),
-//! so by thread time they pass for short jobs and took the thread call for call from a
-//! healthy plugin; their work is wasted anyway. A heavy plugin's useful work is not
-//! held back on a quiet host.
+//! starts, however quiet the host, so such work starts at most ~11 calls a second
+//! host-wide. Why: such calls fail fast (fifty concurrent reviews each refused at the
+//! memory budget a millisecond in), so by thread time they pass for short jobs and
+//! took the thread call for call from a healthy plugin; their work is wasted anyway.
+//! A heavy plugin's useful work is not held back on a quiet host.
 //!
 //! Flow: every call is metered (`Metered` times each poll of its future: guest
 //! compute, instantiation and the host's own work for it, never its waits). At each
