@@ -158,13 +158,11 @@ impl Runtime {
             Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
             Ok(r) => r,
         };
-        // A call that ran and faulted wasted its work (see `Cpu::ended`); one that
-        // timed out waiting (for its turn, a slot or memory) never ran.
-        let faulted = match r {
-            Err(RuntimeError::Trap { .. }) => true,
-            Err(RuntimeError::Timeout(_)) => phase == Phase::Running,
-            _ => false,
-        };
+        // A call that faulted wasted its work or its wait (see `Cpu::ended`). A timeout
+        // in the queue counts too: with only calls that ran counted, a memory-grabbing
+        // attacker's paced calls mostly succeeded and it kept a third of the thread
+        // (BENCHMARKS.md, issue 18, fifth part, build E).
+        let faulted = matches!(r, Err(RuntimeError::Trap { .. } | RuntimeError::Timeout(_)));
         self.cpu.ended(&work, meter.spent(), faulted);
         if let Some(peak) = peak {
             let l = crate::metrics::labels(&[("plugin", name)]);

@@ -18,10 +18,10 @@
 //! each new call take its turn in the lane before it starts, as a long call does at
 //! each tick.
 //!
-//! Work whose calls keep faulting (trapping or running out of time once running) is
-//! paced harder: each new call waits for a lane of its own and then [`PACE`] before it
-//! starts, however quiet the host, so such work starts at most ~11 calls a second
-//! host-wide. Why: such calls fail fast (fifty concurrent reviews each refused at the
+//! Work whose calls keep faulting (trapping or running out of time) is paced harder:
+//! each new call waits for its turn in the lane and then [`PACE`] before it starts,
+//! however quiet the host, so such work starts at most ~11 calls a second host-wide.
+//! Why: such calls fail fast (fifty concurrent reviews each refused at the
 //! memory budget a millisecond in), so by thread time they pass for short jobs and
 //! took the thread call for call from a healthy plugin; their work is wasted anyway.
 //! A heavy plugin's useful work is not held back on a quiet host.
@@ -71,8 +71,6 @@ pub(super) struct Cpu {
     /// When a short call's poll last ended, in ns since `base`.
     last: AtomicU64,
     lane: tokio::sync::Mutex<()>,
-    /// Faulting work's lane: one call start per [`PACE`] host-wide.
-    paced: tokio::sync::Mutex<()>,
     /// Per work (a plugin and a kind of call): the running means of its calls. Keyed by
     /// the plugins that ran, as the runtime's slots are.
     means: std::sync::Mutex<std::collections::HashMap<Arc<str>, Mean>>,
@@ -93,7 +91,6 @@ impl Cpu {
             polling: AtomicUsize::new(0),
             last: AtomicU64::new(0),
             lane: tokio::sync::Mutex::new(()),
-            paced: tokio::sync::Mutex::new(()),
             means: Default::default(),
         })
     }
@@ -115,9 +112,9 @@ impl Cpu {
     pub(super) async fn admit(&self, work: &str, meter: &Meter) {
         let m = self.means.lock().unwrap().get(work).copied().unwrap_or_default();
         if m.faults >= FAULTING {
-            // A lane of its own: long calls' turns never queue behind these waits.
+            // The long calls' lane: faulting and long work together keep a tick per PACE.
             meter.waiting(true);
-            let _turn = self.paced.lock().await;
+            let _turn = self.lane.lock().await;
             tokio::time::sleep(PACE).await;
             meter.waiting(false);
         } else if m.thread >= HEAVY.as_secs_f64() {
