@@ -111,17 +111,19 @@ impl Cpu {
     /// Faulting work instead waits its paced turn (see the module docs).
     pub(super) async fn admit(&self, work: &str, meter: &Meter) {
         let m = self.means.lock().unwrap().get(work).copied().unwrap_or_default();
-        if m.faults >= FAULTING {
+        let faulting = m.faults >= FAULTING;
+        if !faulting && m.thread < HEAVY.as_secs_f64() {
+            return;
+        }
+        meter.waiting(true);
+        if faulting {
             // The long calls' lane: faulting and long work together keep a tick per PACE.
-            meter.waiting(true);
             let _turn = self.lane.lock().await;
             tokio::time::sleep(PACE).await;
-            meter.waiting(false);
-        } else if m.thread >= HEAVY.as_secs_f64() {
-            meter.waiting(true);
+        } else {
             self.turn_if_busy().await;
-            meter.waiting(false);
         }
+        meter.waiting(false);
     }
 
     /// Yields once, so that short calls the last slice held up can run; if any did

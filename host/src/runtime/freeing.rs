@@ -1,6 +1,7 @@
 //! Frees a big instance's memory off the async runtime's threads.
 //!
-//! Why: dropping a Store unmaps its linear memories, and unmapping 120 MiB that a
+//! Why: dropping a Store unmaps its linear memories (or, in the pooling allocator of
+//! optimized code, decommits them: the same page work), and unmapping 120 MiB that a
 //! guest touched takes the kernel 12–16 ms here (BENCHMARKS.md, issue 18, fourth part:
 //! `mmap`, touch every page, `close`). On a runtime thread that is 12–16 ms in which no
 //! other call, review or watch event is served: one hostile plugin whose calls fill
@@ -24,8 +25,8 @@ use wasmtime::Store;
 
 use super::host::HostState;
 
-/// What a Store may hold of the budget and still be dropped in place: unmapping 16 MiB
-/// takes about 2 ms here, a fraction of what a big instance costs.
+/// What a Store may hold of the budget and still be dropped in place: about 2 ms of
+/// unmapping if the 120 MiB figure scales with size (not measured at 16 MiB).
 const BIG: usize = 16 << 20;
 
 /// A call's Store and host-wide slot, freed on a blocking thread when the Store holds
