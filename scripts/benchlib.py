@@ -54,6 +54,9 @@ def build(example=None):
     # unifies dependency features without the examples' dev-dependencies, so asking
     # for the two in turn would rebuild half the dependency tree each time.
     args = ["cargo", "build", "-q", "--workspace", "--profile", PROFILE, "--bins", "--examples"]
+    # Said aloud: after a source change this is a full optimized build (~10 min here),
+    # which looked like a hung benchmark.
+    print(f"building the {PROFILE} profile (minutes after a source change): {' '.join(args)}", flush=True)
     subprocess.run(args, cwd=ROOT, check=True)
     return os.path.join(OUT, "examples", example) if example else HOST
 

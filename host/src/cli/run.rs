@@ -46,6 +46,11 @@ pub struct RunArgs {
     /// event meanwhile folded into it. 100 turns this off (controller-runtime's behaviour).
     #[arg(long, env = "WASMOP_RECONCILE_SHARE_PERCENT", default_value_t = 25, value_parser = clap::value_parser!(u8).range(1..=100))]
     reconcile_share_percent: u8,
+    /// The nice value (0-19) of the threads plugin calls move to once they compute for long or
+    /// their plugin's calls are heavy or keep failing: the kernel then serves webhooks and short
+    /// reconciles first and gives such calls the share this value leaves them.
+    #[arg(long, env = "WASMOP_LONG_CALL_NICE", default_value_t = wasmop::runtime::ASIDE_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
+    long_call_nice: i32,
     /// Wasm instances alive at once, host-wide.
     #[arg(long, env = "WASMOP_MAX_INSTANCES", default_value_t = 64)]
     max_instances: u32,
@@ -160,6 +165,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         fuel: args.plugin_fuel > 0,
         compiler: args.plugin_compiler,
         perf_map: args.plugin_perf_map,
+        aside_nice: args.long_call_nice,
         ..Default::default()
     })?);
     // One plugin may hold at most half the host-wide slots, annotation or not.

@@ -33,7 +33,7 @@
 //! cache, if the host keeps one, where the version's own tier-up finds it).
 
 use super::Registry;
-use crate::runtime::{Compiled, RuntimeError};
+use crate::runtime::{Compiled, RuntimeError, lower_own_priority};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -104,18 +104,6 @@ async fn at_low_priority<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'stat
         })
         .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
     rx.await.map_err(|_| RuntimeError::Compile("the compile thread panicked".into()))
-}
-
-/// The calling thread's nice value; the call only ever lowers it.
-fn lower_own_priority(nice: i32) {
-    // SAFETY: gettid and setpriority take no pointers; on Linux a thread id names that
-    // one thread for PRIO_PROCESS, so only this thread's priority changes.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        if libc::getpriority(libc::PRIO_PROCESS, tid) < nice {
-            libc::setpriority(libc::PRIO_PROCESS, tid, nice);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -20,9 +20,10 @@ impl Runtime {
         }
         // Describing itself, like `manifest`: the short deadline, not the reconcile's.
         let limits = &Limits { deadline: limits.deadline.min(super::DESCRIBE_DEADLINE), ..limits.clone() };
+        let settings = settings.to_owned();
         let hs = self
-            .call(c, name, None, limits, None, async |code, i, s| {
-                export(code)?.load(&mut *s, i)?.call_handlers(s, settings).await
+            .call(c, name, None, limits, None, move |code, i, s| {
+                Box::pin(async move { export(code)?.load(&mut *s, i)?.call_handlers(s, &settings).await })
             })
             .await?;
         Ok(hs.into_iter().map(handler).collect())
@@ -43,10 +44,14 @@ impl Runtime {
             return Ok(Err("the plugin exports no admission interface".into()));
         }
         let name = gateway.plugin().to_owned();
-        self.call(c, &name, Some((gateway, None)), limits, Some(settings), async |code, i, s| {
-            // The review handed in counts toward the call's compute allowance.
-            s.data_mut().exchanged += request.len() as u64;
-            export(code)?.load(&mut *s, i)?.call_review(s, handler, settings, request).await
+        // Owned: a review that turns out long finishes on the aside threads (`aside`).
+        let (handler, owned, request) = (handler.to_owned(), settings.to_owned(), request.to_owned());
+        self.call(c, &name, Some((gateway, None)), limits, Some(settings), move |code, i, s| {
+            Box::pin(async move {
+                // The review handed in counts toward the call's compute allowance.
+                s.data_mut().exchanged += request.len() as u64;
+                export(code)?.load(&mut *s, i)?.call_review(s, &handler, &owned, &request).await
+            })
         })
         .await
     }

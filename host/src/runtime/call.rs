@@ -10,7 +10,8 @@
 //!
 //! While it runs, its thread time is metered and the epoch callback yields to the
 //! async runtime on every tick, holds runaway compute to a share of a thread (see
-//! [`throttle`]) and makes long calls take turns while short ones are busy (`cpu`); the Store's limiter
+//! [`throttle`]) and makes long calls take turns while short ones are busy (`cpu`), on
+//! the niced aside threads once they are long or their plugin heavy (`aside`); the Store's limiter
 //! holds the instance to its memory cap, the host-wide budget and wasmtime's counts of
 //! instances, tables and memories; host-call fuel bounds what one host call may copy
 //! out of the guest. When it ends, an instance that grew big is freed on a blocking
@@ -20,6 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::Store;
 
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+use super::aside::Moveable;
 use super::budget::{ENTRY_ROOM, waited};
 use super::cpu::{Cpu, Meter, Metered};
 use super::error::classify;
@@ -36,6 +40,7 @@ const HOSTCALL_SLACK: usize = 256 << 10;
 
 /// Where a call was when its deadline passed, for the fault it reports.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 enum Phase {
     Slots,
     Memory,
@@ -55,75 +60,79 @@ fn work(plugin: &str, call: &host::Call) -> Arc<str> {
     format!("{plugin}/{kind}").into()
 }
 
+/// The plugin's part of a call: given the code, the instance and its Store, the future
+/// of what the call does with them. Boxed and `'static` (it owns what it needs) so that
+/// a long call can move to the aside threads mid-way (`aside`).
+pub(super) type Op<'a, R> = std::pin::Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>>;
+
 impl Runtime {
     /// One call on an instance of `c`: a fresh one, or with `warm` (the call's
     /// settings) an idle one of the same code, settings and limits, parked again after
     /// a clean return (see `warm`).
-    pub(super) async fn call<R>(
+    pub(super) async fn call<R: Send + 'static>(
         &self,
         c: &Compiled,
         name: &str,
         call: host::Call,
         limits: &Limits,
         warm: Option<&str>,
-        f: impl AsyncFnOnce(&Code, &wasmtime::component::Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl for<'a> FnOnce(&'a Code, &'a wasmtime::component::Instance, &'a mut Store<HostState>) -> Op<'a, R>
+        + Send
+        + 'static,
     ) -> Result<R, RuntimeError> {
         let plugin: Arc<str> = name.into();
         let work = work(name, &call);
-        let mut phase = Phase::Slots;
-        let mut peak = None;
+        let phase = Arc::new(AtomicU8::new(Phase::Slots as u8));
         let meter = Meter::new(&self.cpu, plugin.clone());
-        let run = async {
+        // What the call needs, owned: it may finish on another runtime (`aside`).
+        let (cpu, slots, budget, ticks, parked) =
+            (self.cpu.clone(), self.slots.clone(), self.budget.clone(), self.ticker.ticks(), self.parked.clone());
+        let mine = self.plugin_slots(&plugin, limits.max_instances);
+        let (c, limits, warm) = (c.clone(), limits.clone(), warm.map(str::to_owned));
+        let (ceiling, tick, fuel) = (self.config.memory_ceiling, self.config.tick, self.config.fuel);
+        let (deadline, at, m, w) = (limits.deadline, phase.clone(), meter.clone(), work.clone());
+        let run = async move {
+            let (phase, meter, work) = (at, m, w);
             // A heavy plugin waits its turn while short calls are busy, and one whose
             // calls keep faulting is paced (see `cpu`), before it takes any slot
             // another plugin could use.
-            self.cpu.admit(&work, &meter).await;
+            cpu.admit(&work, &meter).await;
             // The plugin's own slot first: a plugin at its cap waits without holding a
             // host-wide slot that another plugin could use.
-            let _mine = self
-                .plugin_slots(&plugin, limits.max_instances)
-                .acquire_owned()
-                .await
-                .map_err(|_| RuntimeError::Closed)?;
+            let _mine = mine.acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
             // Held by the Store's `Freed` until its instance is freed: the instance pool
             // has room for as many instances as there are slots.
-            let slot = self.slots.clone().acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
+            let slot = slots.acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
             // The code current when the call starts serves the whole call, even if a
             // tier-up lands meanwhile.
             let code = c.current();
-            let (mut store, instance, served) = match warm.and_then(|s| c.idle.take(name, &code, s, limits)) {
+            let idle = warm.as_deref().and_then(|s| c.idle.take(&plugin, &code, s, &limits));
+            let (mut store, instance, served) = match idle {
                 Some(mut w) => {
-                    w.store.data_mut().begin(call, limits);
+                    w.store.data_mut().begin(call, &limits);
                     (Freed::new(w.store, slot), Some(w.instance), w.served)
                 }
                 None => {
-                    phase = Phase::Memory;
-                    if !self.budget.has_room(name, ENTRY_ROOM) {
+                    phase.store(Phase::Memory as u8, Relaxed);
+                    if !budget.has_room(&plugin, ENTRY_ROOM) {
                         // This plugin's idle instances go first: it pays for itself.
-                        c.idle.clear(name);
+                        c.idle.clear(&plugin);
                     }
-                    let charge = self.budget.reserve(plugin.clone(), ENTRY_ROOM).await;
-                    let state = HostState::new(
-                        plugin.clone(),
-                        call,
-                        limits,
-                        self.config.memory_ceiling,
-                        charge,
-                        c.script.clone(),
-                    );
+                    let charge = budget.reserve(plugin.clone(), ENTRY_ROOM).await;
+                    let state = HostState::new(plugin.clone(), call, &limits, ceiling, charge, c.script.clone());
                     let mut store = Store::new(code.pre.engine(), state);
                     store.limiter(|s| s.limiter());
                     (Freed::new(store, slot), None, 0)
                 }
             };
-            phase = Phase::Running;
+            phase.store(Phase::Running as u8, Relaxed);
             // Guest code runs from here on (instantiation included): the epoch ticks.
-            let _ticking = self.ticker.running();
+            let _ticking = ticks.running();
             // Yield to the async runtime on every tick; the timeout bounds the total.
             store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(throttle(plugin.clone(), self.config.tick, self.cpu.clone(), meter.clone()));
+            store.epoch_deadline_callback(throttle(plugin.clone(), tick, cpu.clone(), meter.clone()));
             store.set_hostcall_fuel(limits.max_payload.saturating_add(HOSTCALL_SLACK));
-            if self.config.fuel {
+            if fuel {
                 store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
             }
             let instance = match instance {
@@ -131,31 +140,26 @@ impl Runtime {
                 None => code.pre.instantiate_async(&mut *store).await,
             };
             let r = match instance {
-                Ok(i) => f(&code, &i, &mut *store).await.map(|r| (r, i)),
+                Ok(i) => f(&code, &i, &mut store).await.map(|r| (r, i)),
                 Err(e) => Err(e),
             };
-            peak = Some(store.data().limits.peak());
+            let l = crate::metrics::labels(&[("plugin", &plugin)]);
+            crate::metrics::METRICS.plugin_memory.get_or_create(&l).set(store.data().limits.peak() as i64);
             let (r, instance) = r.map_err(classify)?;
             if let Some(settings) = warm
                 && store.data().limits.charge.parkable()
             {
                 store.data_mut().end();
-                let w = Warm {
-                    code,
-                    store: store.keep(),
-                    instance,
-                    settings: settings.to_owned(),
-                    limits: limits.clone(),
-                    served: served + 1,
-                };
-                c.idle.park(w, &self.parked);
+                let w = Warm { code, store: store.keep(), instance, settings, limits, served: served + 1 };
+                c.idle.park(w, &parked);
             }
             Ok(r)
         };
-        let r = tokio::time::timeout(limits.deadline, Metered::new(run, meter.clone())).await;
+        let run: Moveable<Result<R, RuntimeError>> = Box::pin(Metered::new(run, meter.clone()));
+        let r = tokio::time::timeout(deadline, self.aside.run(run, meter.clone())).await;
         let r = match r {
-            Err(_) if phase == Phase::Memory => Err(RuntimeError::Budget(waited(limits.deadline))),
-            Err(_) => Err(RuntimeError::Timeout(limits.deadline)),
+            Err(_) if phase.load(Relaxed) == Phase::Memory as u8 => Err(RuntimeError::Budget(waited(deadline))),
+            Err(_) => Err(RuntimeError::Timeout(deadline)),
             Ok(r) => r,
         };
         // A call that faulted wasted its work or its wait (see `Cpu::ended`). A timeout
@@ -164,10 +168,6 @@ impl Runtime {
         // (BENCHMARKS.md, issue 18, fifth part, build E).
         let faulted = matches!(r, Err(RuntimeError::Trap { .. } | RuntimeError::Timeout(_)));
         self.cpu.ended(&work, meter.spent(), faulted);
-        if let Some(peak) = peak {
-            let l = crate::metrics::labels(&[("plugin", name)]);
-            crate::metrics::METRICS.plugin_memory.get_or_create(&l).set(peak as i64);
-        }
         r
     }
 

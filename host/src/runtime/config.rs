@@ -90,6 +90,8 @@ pub struct RuntimeConfig {
     /// The JavaScript engine component script plugins run on; None: found where the
     /// runtime's `script` module says.
     pub script_engine: Option<std::path::PathBuf>,
+    /// The nice value of the threads long and heavy calls move to (see `aside`).
+    pub aside_nice: i32,
 }
 
 impl Default for RuntimeConfig {
@@ -106,9 +108,15 @@ impl Default for RuntimeConfig {
             compiler: super::Compiler::default(),
             perf_map: false,
             script_engine: None,
+            aside_nice: ASIDE_NICE,
         }
     }
 }
+
+/// Why 10: the kernel then gives the aside threads together about a tenth of a core
+/// that the host's own threads keep busy, as the long lane did before them (`cpu`), and
+/// preempts them when a review wakes the host; on an idle host they run at full speed.
+pub const ASIDE_NICE: i32 = 10;
 
 /// Why 10 s: `manifest` and `handlers` only describe the plugin; a plugin that needs
 /// longer is broken, and loading waits for it.

@@ -36,6 +36,11 @@
 //! per [`PACE`] (~10 % of a thread), whichever plugins they belong to and however
 //! many there are.
 //!
+//! Where: a call this module finds long, or whose work is heavy or faulting when it is
+//! admitted, finishes on the aside threads (`aside`), which the kernel ranks below the
+//! host's: the lane still decides when it computes, and the kernel preempts that tick
+//! when a review wakes the host.
+//!
 //! Caveats: the host's work outside plugin calls (TLS, parsing a review) is not
 //! metered, so the gaps between a healthy plugin's reviews can look quiet; a long
 //! call keeps the memory it holds while it waits; the deadline still ends it.
@@ -115,6 +120,8 @@ impl Cpu {
         if !faulting && m.thread < HEAVY.as_secs_f64() {
             return;
         }
+        // Both wait below, and the call moves to the aside threads at that wait (`aside`).
+        meter.aside.store(true, Relaxed);
         meter.waiting(true);
         if faulting {
             // The long calls' lane: faulting and long work together keep a tick per PACE.
@@ -164,6 +171,8 @@ impl Cpu {
                 return None;
             }
             meter.long.store(true, Relaxed);
+            // It moves to the aside threads at the yield this returns (`aside`).
+            meter.aside.store(true, Relaxed);
             // Its own poll, under way, no longer counts as a short call's.
             if meter.counted.swap(false, Relaxed) {
                 self.polling.fetch_sub(1, Relaxed);
@@ -191,6 +200,8 @@ pub(super) struct Meter {
     waiting: AtomicBool,
     /// Whether the current poll is counted in `cpu.polling` (it began short).
     counted: AtomicBool,
+    /// Whether the call is to run on the aside threads from its next yield on.
+    aside: AtomicBool,
 }
 
 impl Meter {
@@ -203,7 +214,14 @@ impl Meter {
             long: AtomicBool::new(false),
             waiting: AtomicBool::new(false),
             counted: AtomicBool::new(false),
+            aside: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the call is long or its work heavy or faulting: it runs on the aside
+    /// threads from its next yield on (see `aside`).
+    pub(super) fn goes_aside(&self) -> bool {
+        self.aside.load(Relaxed)
     }
 
     /// Starts or ends a wait to be admitted; a poll under way stops counting.

@@ -17,7 +17,8 @@
 //!
 //! Caveats: on a host confined to one core the blocking thread still competes for that
 //! core, but as a thread the kernel preempts at its next tick rather than a task that
-//! holds a runtime thread to the end; outside a runtime (unit tests) the drop is inline.
+//! holds a runtime thread to the end (a call that went aside frees in place on its
+//! niced thread, `aside`); outside a runtime (unit tests) the drop is inline.
 
 use std::ops::{Deref, DerefMut};
 use tokio::sync::OwnedSemaphorePermit;
@@ -66,8 +67,9 @@ impl Drop for Freed {
             drop(store.into_data());
             drop(slot);
         };
+        // On an aside thread the free is niced already: done in place (`aside`).
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) if big => drop(rt.spawn_blocking(free)),
+            Ok(rt) if big && !super::aside::on_aside_thread() => drop(rt.spawn_blocking(free)),
             _ => free(),
         }
     }

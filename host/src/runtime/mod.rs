@@ -20,6 +20,7 @@
 //! size cap (`code_cache`).
 
 mod admission;
+mod aside;
 mod bindings;
 mod budget;
 mod call;
@@ -42,10 +43,11 @@ use wasmop_sdk::{Action, Manifest, ObjectRef, ReconcileError};
 use wasmtime::component::Component;
 
 use crate::gateway::Gateway;
+pub(crate) use aside::lower_own_priority;
 pub use budget::MemoryBudget;
 use code_cache::CodeCache;
 use config::DESCRIBE_DEADLINE;
-pub use config::{Limits, RuntimeConfig};
+pub use config::{ASIDE_NICE, Limits, RuntimeConfig};
 pub use error::{RuntimeError, TrapKind};
 pub use script::Format;
 use tiers::{Code, Tier};
@@ -72,6 +74,8 @@ pub struct Runtime {
     code_cache: Option<CodeCache>,
     /// Advances the epoch while a call runs (see `ticker`).
     ticker: ticker::Ticker,
+    /// The threads long and heavy calls move to (see `aside`).
+    aside: aside::Aside,
     /// The JavaScript engine's code, once a script plugin needed it (see `script`).
     script_engine: std::sync::Mutex<Option<Arc<tiers::Code>>>,
 }
@@ -101,6 +105,14 @@ impl Runtime {
         .map_err(|e| RuntimeError::Compile(format!("epoch thread: {e}")))?;
 
         let n = config.max_instances.max(1);
+        // As many as the host's own runtime has workers (outside one: the cores this
+        // process may run on, tokio's default).
+        let threads = tokio::runtime::Handle::try_current().map_or_else(
+            |_| std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |h| h.metrics().num_workers(),
+        );
+        let aside = aside::Aside::start(threads, config.aside_nice)
+            .map_err(|e| RuntimeError::Compile(format!("aside threads: {e}")))?;
         Ok(Runtime {
             optimizing,
             baseline,
@@ -112,6 +124,7 @@ impl Runtime {
             config,
             parked: Default::default(),
             ticker,
+            aside,
             script_engine: Default::default(),
         })
     }
@@ -200,22 +213,26 @@ impl Runtime {
         limits: &Limits,
     ) -> Result<Manifest, RuntimeError> {
         let limits = Limits { deadline: limits.deadline.min(DESCRIBE_DEADLINE), ..limits.clone() };
+        let settings = settings.to_owned();
         let r = self
-            .call(c, name, None, &limits, None, async |code, i, s| {
-                let m = code.reconciler.load(&mut *s, i)?.call_manifest(&mut *s, settings).await?;
-                let selectors = match &code.selectors {
-                    Some(x) => x.load(&mut *s, i)?.call_selector_watches(&mut *s, settings).await?,
-                    None => Ok(Vec::new()),
-                };
-                let skip_own_writes = match &code.own_writes {
-                    Some(x) => x.load(&mut *s, i)?.call_skip_own_writes(&mut *s, settings).await?,
-                    None => false,
-                };
-                let call_namespaces = match &code.reach {
-                    Some(x) => x.load(&mut *s, i)?.call_call_namespaces(&mut *s, settings).await?,
-                    None => Vec::new(),
-                };
-                Ok((m, selectors, convert::Extras { skip_own_writes, call_namespaces }))
+            .call(c, name, None, &limits, None, move |code, i, s| {
+                Box::pin(async move {
+                    let settings = settings.as_str();
+                    let m = code.reconciler.load(&mut *s, i)?.call_manifest(&mut *s, settings).await?;
+                    let selectors = match &code.selectors {
+                        Some(x) => x.load(&mut *s, i)?.call_selector_watches(&mut *s, settings).await?,
+                        None => Ok(Vec::new()),
+                    };
+                    let skip_own_writes = match &code.own_writes {
+                        Some(x) => x.load(&mut *s, i)?.call_skip_own_writes(&mut *s, settings).await?,
+                        None => false,
+                    };
+                    let call_namespaces = match &code.reach {
+                        Some(x) => x.load(&mut *s, i)?.call_call_namespaces(&mut *s, settings).await?,
+                        None => Vec::new(),
+                    };
+                    Ok((m, selectors, convert::Extras { skip_own_writes, call_namespaces }))
+                })
             })
             .await?;
         match r {
@@ -243,10 +260,12 @@ impl Runtime {
         };
         let name = gateway.plugin().to_owned();
         let r = self
-            .call(c, &name, Some((gateway, Some(object.clone()))), limits, None, async |code, i, s| {
-                // The object handed in counts toward the call's compute allowance.
-                s.data_mut().exchanged += req.current.as_ref().map_or(0, |c| c.len() as u64);
-                code.reconciler.load(&mut *s, i)?.call_reconcile(s, &req).await
+            .call(c, &name, Some((gateway, Some(object.clone()))), limits, None, move |code, i, s| {
+                Box::pin(async move {
+                    // The object handed in counts toward the call's compute allowance.
+                    s.data_mut().exchanged += req.current.as_ref().map_or(0, |c| c.len() as u64);
+                    code.reconciler.load(&mut *s, i)?.call_reconcile(s, &req).await
+                })
             })
             .await?;
         Ok(match r {

@@ -29,6 +29,10 @@ struct Shared {
 /// Owns the ticker thread; dropping it ends the thread.
 pub(super) struct Ticker(Arc<Shared>);
 
+/// A handle that starts calls on a ticker, for a call that owns what it needs.
+#[derive(Clone)]
+pub(super) struct Ticks(Arc<Shared>);
+
 /// One running call: the ticker keeps ticking while any exists.
 pub(super) struct Running(Arc<Shared>);
 
@@ -56,6 +60,12 @@ impl Ticker {
     }
 
     /// Held while guest code may run.
+    pub(super) fn ticks(&self) -> Ticks {
+        Ticks(self.0.clone())
+    }
+}
+
+impl Ticks {
     pub(super) fn running(&self) -> Running {
         let mut st = self.0.state.lock().unwrap();
         st.running += 1;
@@ -99,7 +109,7 @@ mod tests {
         let (ticker, ticks) = counting();
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(ticks.load(Ordering::SeqCst), 0, "no call ran, yet the epoch advanced");
-        let call = ticker.running();
+        let call = ticker.ticks().running();
         std::thread::sleep(Duration::from_millis(50));
         let during = ticks.load(Ordering::SeqCst);
         assert!(during >= 3, "a running call saw {during} ticks in 50 ms at a 2 ms tick");
@@ -113,8 +123,8 @@ mod tests {
     #[test]
     fn ticks_until_the_last_of_overlapping_calls_ends() {
         let (ticker, ticks) = counting();
-        let a = ticker.running();
-        let b = ticker.running();
+        let a = ticker.ticks().running();
+        let b = ticker.ticks().running();
         drop(a);
         let before = ticks.load(Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(50));

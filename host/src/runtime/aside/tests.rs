@@ -1,0 +1,160 @@
+//! Moving calls aside: where each part of a call runs, and what dropping it does.
+
+use super::*;
+use crate::runtime::cpu::{Cpu, Metered};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+const NICE: i32 = 10;
+
+fn own_nice() -> i32 {
+    // SAFETY: as in lower_own_priority.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) }
+}
+
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// The nice value and thread name a part of a call ran with.
+fn here() -> (i32, String) {
+    (own_nice(), std::thread::current().name().unwrap_or_default().to_owned())
+}
+
+#[tokio::test]
+async fn a_call_that_turns_long_finishes_on_a_niced_aside_thread() {
+    let cpu = Cpu::new();
+    let aside = Aside::start(1, NICE).unwrap();
+    let meter = Meter::new(&cpu, "p".into());
+    let (m, c) = (meter.clone(), cpu.clone());
+    let call = Box::pin(Metered::new(
+        async move {
+            let before = here();
+            spin(super::super::cpu::LONG * 2);
+            // Long now: its turn is where it moves.
+            c.pace(&m).expect("long: yields").await;
+            (before, here())
+        },
+        meter.clone(),
+    ));
+    let (before, after) = aside.run(call, meter).await;
+    assert_eq!(before, here(), "a call starts where it was called");
+    assert_eq!(after, (NICE, "wasmop-aside".into()), "a long call finishes aside, niced");
+    assert_eq!(own_nice(), before.0, "the caller's thread keeps its priority");
+}
+
+#[tokio::test]
+async fn a_short_call_runs_in_place_to_the_end() {
+    let cpu = Cpu::new();
+    let aside = Aside::start(1, NICE).unwrap();
+    let meter = Meter::new(&cpu, "p".into());
+    let call = Box::pin(Metered::new(
+        async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            here()
+        },
+        meter.clone(),
+    ));
+    assert_eq!(aside.run(call, meter).await, here(), "waiting is not computing: it stays");
+}
+
+#[tokio::test]
+async fn a_heavy_works_next_call_moves_aside_before_it_computes() {
+    let cpu = Cpu::new();
+    let aside = Aside::start(1, NICE).unwrap();
+    let work: Arc<str> = "p/review".into();
+    for _ in 0..16 {
+        cpu.ended(&work, Duration::from_millis(40), false);
+    }
+    let meter = Meter::new(&cpu, "p".into());
+    let (m, c, w) = (meter.clone(), cpu.clone(), work.clone());
+    let call = Box::pin(Metered::new(
+        async move {
+            c.admit(&w, &m).await;
+            here()
+        },
+        meter.clone(),
+    ));
+    assert_eq!(aside.run(call, meter).await.0, NICE, "heavy work computes aside from its first instruction");
+}
+
+#[tokio::test]
+async fn dropping_a_moved_call_stops_and_drops_it_on_the_aside_thread() {
+    struct Dropped(Arc<AtomicBool>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            assert_eq!(own_nice(), NICE, "dropped where it ran");
+            self.0.store(true, SeqCst);
+        }
+    }
+    let cpu = Cpu::new();
+    let aside = Aside::start(1, NICE).unwrap();
+    let meter = Meter::new(&cpu, "p".into());
+    let (dropped, steps) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let (m, c, d, s) = (meter.clone(), cpu.clone(), dropped.clone(), steps.clone());
+    let call = Box::pin(Metered::new(
+        async move {
+            let _held = Dropped(d);
+            spin(super::super::cpu::LONG * 2);
+            c.pace(&m).expect("long: yields").await;
+            loop {
+                s.fetch_add(1, SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        },
+        meter.clone(),
+    ));
+    // What the deadline does to a call: drops it.
+    let r = tokio::time::timeout(Duration::from_millis(100), aside.run(call, meter)).await;
+    assert!(r.is_err());
+    let t = Instant::now();
+    while !dropped.load(SeqCst) {
+        assert!(t.elapsed() < Duration::from_secs(5), "the moved call was never dropped");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let after = steps.load(SeqCst);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(steps.load(SeqCst), after, "the moved call went on after it was dropped");
+}
+
+#[tokio::test]
+async fn a_panic_aside_reaches_the_caller_as_a_panic() {
+    let cpu = Cpu::new();
+    let aside = Aside::start(1, NICE).unwrap();
+    let meter = Meter::new(&cpu, "p".into());
+    let (m, c) = (meter.clone(), cpu.clone());
+    let call: Moveable<()> = Box::pin(Metered::new(
+        async move {
+            spin(super::super::cpu::LONG * 2);
+            c.pace(&m).expect("long: yields").await;
+            panic!("on purpose");
+        },
+        meter.clone(),
+    ));
+    let r = tokio::spawn(aside.run(call, meter)).await;
+    assert!(r.unwrap_err().is_panic());
+}
+
+#[tokio::test]
+async fn what_a_moved_call_spawns_runs_on_the_callers_runtime() {
+    let cpu = Cpu::new();
+    let aside = Aside::start(1, NICE).unwrap();
+    let meter = Meter::new(&cpu, "p".into());
+    let (m, c) = (meter.clone(), cpu.clone());
+    let call = Box::pin(Metered::new(
+        async move {
+            spin(super::super::cpu::LONG * 2);
+            c.pace(&m).expect("long: yields").await;
+            // As the cluster client does with a new connection.
+            let spawned = tokio::spawn(async { here() }).await.unwrap();
+            (here(), spawned)
+        },
+        meter.clone(),
+    ));
+    let (moved, spawned) = aside.run(call, meter).await;
+    assert_eq!(moved.0, NICE, "the call itself moved aside");
+    assert_eq!(spawned, here(), "its spawned task serves from the host's runtime, not at the aside threads' share");
+}
