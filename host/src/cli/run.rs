@@ -48,7 +48,8 @@ pub struct RunArgs {
     reconcile_share_percent: u8,
     /// The nice value (0-19) of the threads plugin calls move to once they compute for long or
     /// their plugin's calls are heavy or keep failing: the kernel then serves webhooks and short
-    /// reconciles first and gives such calls the share this value leaves them.
+    /// reconciles first and gives such calls the share this value leaves them. 0 turns this off
+    /// (long calls still take turns while short ones are busy).
     #[arg(long, env = "WASMOP_LONG_CALL_NICE", default_value_t = wasmop::runtime::ASIDE_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
     long_call_nice: i32,
     /// Wasm instances alive at once, host-wide.

@@ -163,16 +163,21 @@ impl KindCache {
             Ok(s) => s,
             Err(e) => return Some(Err(Error::Invalid(e))),
         };
-        let objects = self.objects.lock().unwrap();
-        let mut out: Vec<(&ObjectRef, &Arc<Cached>)> = objects
-            .iter()
-            .filter(|(k, _)| p.namespace.is_none() || k.namespace == p.namespace)
-            .filter(|(_, c)| selector.as_ref().is_none_or(|s| s.matches(&c.labels)))
-            .collect();
-        out.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut text = String::with_capacity(2 + out.iter().map(|(_, c)| c.text.len() + 1).sum::<usize>());
+        let out: Vec<Arc<Cached>> = {
+            let objects = self.objects.lock().unwrap();
+            let mut out: Vec<(&ObjectRef, &Arc<Cached>)> = objects
+                .iter()
+                .filter(|(k, _)| p.namespace.is_none() || k.namespace == p.namespace)
+                .filter(|(_, c)| selector.as_ref().is_none_or(|s| s.matches(&c.labels)))
+                .collect();
+            out.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.into_iter().map(|(_, c)| c.clone()).collect()
+        };
+        // The text is joined after the lock is let go: a plugin call may be preempted
+        // here (on a niced aside thread) while the watch that feeds this cache waits.
+        let mut text = String::with_capacity(2 + out.iter().map(|c| c.text.len() + 1).sum::<usize>());
         text.push('[');
-        for (i, (_, c)) in out.iter().enumerate() {
+        for (i, c) in out.iter().enumerate() {
             if i > 0 {
                 text.push(',');
             }

@@ -23,9 +23,25 @@
 //! request gone) the moved part is aborted and dropped on the aside runtime, which
 //! frees its instance there. A call on an idle host runs as fast aside as in place:
 //! a niced thread gets every cycle nobody else wants.
-//! Caveats: a thread's priority cannot be raised back without privileges, so the
-//! aside threads serve nothing else. A moved call's instance is freed only when an
-//! aside thread next runs, which on a saturated core is its niced share.
+//!
+//! Caveats:
+//! - The lane and the nice value compound: while short calls keep every core busy, long
+//!   calls get a tick per `PACE` and, within it, the niced share: about 1 % of a core at
+//!   nice 10, where the lane alone gave about 10 %. A long reconcile of 0.4 s may then
+//!   miss a 30 s deadline while webhooks saturate the host; `--long-call-nice 0` keeps
+//!   only the lane. On a host that is not saturated, both give way at once.
+//! - A moved call's slots, memory charge and instance are given back only when an
+//!   aside thread next runs after its deadline, which on a saturated core is its
+//!   niced share; the caller has its Timeout already.
+//! - A poll's time is wall time (`cpu`): on an aside thread it includes time the kernel
+//!   gave to others, so a heavy plugin's mean stays heavy while the host is busy.
+//! - A niced thread preempted while holding a lock that the host's threads take (a
+//!   watch cache's, the warm instances') holds them up too; those sections are short
+//!   copies, except freeing a big instance, whose unmapping briefly holds the process's
+//!   memory map.
+//! - A thread's priority cannot be raised back without privileges, so the aside
+//!   threads serve nothing else; a process already at the nice value or above sees no
+//!   difference.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,37 +53,55 @@ use super::cpu::Meter;
 /// A call's future, boxed so that it can move between runtimes mid-way.
 pub(super) type Moveable<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// The aside runtime. Dropping it lets its threads end on their own, so that a host
-/// (or a test) that drops its `Runtime` inside async code does not block there.
-pub(super) struct Aside(Option<tokio::runtime::Runtime>);
+/// The aside runtime, started on the first call that moves (a host whose calls are all
+/// short, or a one-shot CLI command, never starts its threads). Dropping the last
+/// handle lets its threads end on their own, so that a host (or a test) that drops its
+/// `Runtime` inside async code does not block there.
+#[derive(Clone)]
+pub(super) struct Aside(Arc<Lazy>);
+
+struct Lazy {
+    threads: usize,
+    nice: i32,
+    /// None once starting failed: calls then finish in place.
+    rt: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
+}
 
 impl Aside {
-    /// Starts `threads` worker threads (and blocking threads) at `nice`.
-    pub(super) fn start(threads: usize, nice: i32) -> std::io::Result<Aside> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .thread_name("wasmop-aside")
-            .on_thread_start(move || {
-                lower_own_priority(nice);
-                ASIDE.set(true);
-            })
-            .enable_all()
-            .build()?;
-        Ok(Aside(Some(rt)))
+    /// `threads` worker threads (and blocking threads) at `nice`, once needed.
+    pub(super) fn new(threads: usize, nice: i32) -> Aside {
+        Aside(Arc::new(Lazy { threads: threads.max(1), nice, rt: Default::default() }))
     }
 
-    /// `f` polled in place until its meter says it goes aside, then on the aside runtime.
-    /// Called on the host's runtime, whose handle the moved part keeps (see [`Entered`]).
+    fn handle(&self) -> Option<tokio::runtime::Handle> {
+        let rt = self.0.rt.get_or_init(|| {
+            let nice = self.0.nice;
+            let built = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(self.0.threads)
+                .thread_name("wasmop-aside")
+                .on_thread_start(move || {
+                    lower_own_priority(nice);
+                    ASIDE.set(true);
+                })
+                .enable_all()
+                .build();
+            built.inspect_err(|e| tracing::warn!("cannot start the aside threads, long calls stay in place: {e}")).ok()
+        });
+        rt.as_ref().map(|rt| rt.handle().clone())
+    }
+
+    /// `f` polled in place until its meter says it goes aside, then on the aside runtime;
+    /// None if the aside runtime dropped it (it shuts down with the host). Called on
+    /// the host's runtime, whose handle the moved part keeps (see [`Entered`]).
     pub(super) fn run<T: Send + 'static>(&self, f: Moveable<T>, meter: Arc<Meter>) -> Moving<T> {
-        let handle = self.0.as_ref().expect("the aside runtime lives as long as its Aside").handle().clone();
         let home = tokio::runtime::Handle::try_current().ok();
-        Moving { state: State::Here(f), meter, handle, home }
+        Moving { state: State::Here(f), meter, aside: self.clone(), home }
     }
 }
 
-impl Drop for Aside {
+impl Drop for Lazy {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        if let Some(Some(rt)) = self.rt.take() {
             rt.shutdown_background();
         }
     }
@@ -83,17 +117,18 @@ enum State<T> {
 pub(super) struct Moving<T> {
     state: State<T>,
     meter: Arc<Meter>,
-    handle: tokio::runtime::Handle,
+    aside: Aside,
     /// The runtime the call began on.
     home: Option<tokio::runtime::Handle>,
 }
 
-/// A moved call's future, polled with the runtime it began on as the current one.
-/// Why: what a host call spawns (the cluster client's new connections are tasks) and the
-/// timers it sets belong to the host's runtime, not to niced threads that would serve
-/// other plugins' requests on a pooled connection at the aside threads' share.
+/// A moved call's future, polled (and dropped) with the runtime it began on as the
+/// current one. Why: what a host call spawns (the cluster client's new connections are
+/// tasks, and so is what its pool starts when a connection is dropped) and the timers
+/// it sets belong to the host's runtime, not to niced threads that would serve other
+/// plugins' requests on a pooled connection at the aside threads' share.
 struct Entered<T> {
-    inner: Moveable<T>,
+    inner: Option<Moveable<T>>,
     home: Option<tokio::runtime::Handle>,
 }
 
@@ -103,41 +138,45 @@ impl<T> Future for Entered<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let this = &mut *self;
         let _home = this.home.as_ref().map(|h| h.enter());
-        this.inner.as_mut().poll(cx)
+        this.inner.as_mut().expect("an Entered is not polled after it is dropped").as_mut().poll(cx)
+    }
+}
+
+impl<T> Drop for Entered<T> {
+    fn drop(&mut self) {
+        let _home = self.home.as_ref().map(|h| h.enter());
+        drop(self.inner.take());
     }
 }
 
 impl<T: Send + 'static> Future for Moving<T> {
-    type Output = T;
+    type Output = Option<T>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let this = &mut *self;
         if let State::Here(f) = &mut this.state {
             if let Poll::Ready(r) = f.as_mut().poll(cx) {
                 this.state = State::Done;
-                return Poll::Ready(r);
+                return Poll::Ready(Some(r));
             }
             if !this.meter.goes_aside() {
                 return Poll::Pending;
             }
+            let Some(handle) = this.aside.handle() else { return Poll::Pending };
             let State::Here(inner) = std::mem::replace(&mut this.state, State::Done) else { unreachable!() };
-            this.state = State::Aside(this.handle.spawn(Entered { inner, home: this.home.clone() }));
+            this.state = State::Aside(handle.spawn(Entered { inner: Some(inner), home: this.home.clone() }));
         }
-        match &mut this.state {
-            State::Aside(h) => match Pin::new(h).poll(cx) {
-                Poll::Ready(Ok(r)) => {
-                    this.state = State::Done;
-                    Poll::Ready(r)
-                }
-                // The call panicked on the aside thread: as it would have in place.
-                Poll::Ready(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                // Cancelled: only by this future's own drop, or by the aside runtime
-                // shutting down with the host.
-                Poll::Ready(Err(_)) => Poll::Pending,
-                Poll::Pending => Poll::Pending,
-            },
-            _ => panic!("a Moving polled after it completed"),
-        }
+        let State::Aside(h) = &mut this.state else { panic!("a Moving polled after it completed") };
+        let r = match std::task::ready!(Pin::new(h).poll(cx)) {
+            Ok(r) => Some(r),
+            // The call panicked on the aside thread: as it would have in place.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: only by the aside runtime shutting down (this future's own
+            // drop aborts it too, but nothing polls it after that).
+            Err(_) => None,
+        };
+        this.state = State::Done;
+        Poll::Ready(r)
     }
 }
 

@@ -11,11 +11,13 @@
 //! While it runs, its thread time is metered and the epoch callback yields to the
 //! async runtime on every tick, holds runaway compute to a share of a thread (see
 //! [`throttle`]) and makes long calls take turns while short ones are busy (`cpu`), on
-//! the niced aside threads once they are long or their plugin heavy (`aside`); the Store's limiter
-//! holds the instance to its memory cap, the host-wide budget and wasmtime's counts of
-//! instances, tables and memories; host-call fuel bounds what one host call may copy
-//! out of the guest. When it ends, an instance that grew big is freed on a blocking
-//! thread, with the call's slot (`freeing`).
+//! the niced aside threads once they are long or their work heavy or faulting
+//! (`aside`); the Store's limiter holds the instance to its memory cap, the host-wide
+//! budget and wasmtime's counts of instances, tables and memories; host-call fuel
+//! bounds what one host call may copy out of the guest. When it ends, an instance that
+//! grew big is freed off the thread that serves reviews, with the call's slot
+//! (`freeing`). A call that moved aside and ran out of time gives its slots and memory
+//! back when an aside thread drops it, after `call` has returned its Timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +47,13 @@ enum Phase {
     Slots,
     Memory,
     Running,
+    /// The deadline passed: the caller has read where the call was.
+    Over,
+}
+
+/// Moves a call's phase on, unless its deadline has passed.
+fn advance(phase: &AtomicU8, to: Phase) {
+    let _ = phase.fetch_update(Relaxed, Relaxed, |p| (p != Phase::Over as u8).then_some(to as u8));
 }
 
 /// What a call's thread time is judged by (`cpu`): its plugin and kind, reviews apart
@@ -113,7 +122,7 @@ impl Runtime {
                     (Freed::new(w.store, slot), Some(w.instance), w.served)
                 }
                 None => {
-                    phase.store(Phase::Memory as u8, Relaxed);
+                    advance(&phase, Phase::Memory);
                     if !budget.has_room(&plugin, ENTRY_ROOM) {
                         // This plugin's idle instances go first: it pays for itself.
                         c.idle.clear(&plugin);
@@ -125,7 +134,7 @@ impl Runtime {
                     (Freed::new(store, slot), None, 0)
                 }
             };
-            phase.store(Phase::Running as u8, Relaxed);
+            advance(&phase, Phase::Running);
             // Guest code runs from here on (instantiation included): the epoch ticks.
             let _ticking = ticks.running();
             // Yield to the async runtime on every tick; the timeout bounds the total.
@@ -158,9 +167,14 @@ impl Runtime {
         let run: Moveable<Result<R, RuntimeError>> = Box::pin(Metered::new(run, meter.clone()));
         let r = tokio::time::timeout(deadline, self.aside.run(run, meter.clone())).await;
         let r = match r {
-            Err(_) if phase.load(Relaxed) == Phase::Memory as u8 => Err(RuntimeError::Budget(waited(deadline))),
+            // Where it was is read once and frozen: a moved call may still run a step
+            // until its aside thread drops it, and must not turn a Budget into a Timeout.
+            Err(_) if phase.swap(Phase::Over as u8, Relaxed) == Phase::Memory as u8 => {
+                Err(RuntimeError::Budget(waited(deadline)))
+            }
             Err(_) => Err(RuntimeError::Timeout(deadline)),
-            Ok(r) => r,
+            Ok(None) => Err(RuntimeError::Closed),
+            Ok(Some(r)) => r,
         };
         // A call that faulted wasted its work or its wait (see `Cpu::ended`). A timeout
         // in the queue counts too: with only calls that ran counted, a memory-grabbing

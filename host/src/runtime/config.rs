@@ -113,9 +113,11 @@ impl Default for RuntimeConfig {
     }
 }
 
-/// Why 10: the kernel then gives the aside threads together about a tenth of a core
-/// that the host's own threads keep busy, as the long lane did before them (`cpu`), and
-/// preempts them when a review wakes the host; on an idle host they run at full speed.
+/// Why 10: the kernel preempts the aside threads when a review wakes the host, and gives
+/// each about a tenth of a core the host's own threads keep busy (within the lane's
+/// turns, `cpu`: together about 1 %); on an idle host they run at full speed. Measured
+/// against nice 19 under both memory attacks: the same figures (BENCHMARKS.md, issue 18,
+/// sixth part), so the milder value.
 pub const ASIDE_NICE: i32 = 10;
 
 /// Why 10 s: `manifest` and `handlers` only describe the plugin; a plugin that needs

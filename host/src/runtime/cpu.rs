@@ -27,7 +27,8 @@
 //! A heavy plugin's useful work is not held back on a quiet host.
 //!
 //! Flow: every call is metered (`Metered` times each poll of its future: guest
-//! compute, instantiation and the host's own work for it, never its waits). At each
+//! compute, instantiation and the host's own work for it, never its waits; by the
+//! wall clock, so on a niced aside thread also the time the kernel gave others). At each
 //! epoch tick a long call yields once and then checks whether short calls were polled
 //! within the last [`QUIET`]; if not, it runs on (an idle or long-only host runs long
 //! calls at full speed). If so, it queues for the host's one *long lane* and, holding it, waits for
@@ -282,9 +283,16 @@ impl<F: Future> Future for Metered<F> {
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
         let this = self.project();
         this.meter.begin();
-        let r = this.inner.poll(cx);
-        this.meter.end();
-        r
+        // Ended even if the poll panics (a panic aside reaches the caller): a poll left
+        // counted as a short call's would keep the host from ever looking quiet.
+        struct End<'a>(&'a Meter);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                self.0.end();
+            }
+        }
+        let _end = End(this.meter);
+        this.inner.poll(cx)
     }
 }
 

@@ -9,7 +9,8 @@
 //!
 //! Flow: a call's Store lives in a [`Freed`] with the call's host-wide slot; when it is
 //! dropped (the call ended, was timed out, or faulted) and holds more than [`BIG`] of
-//! the memory budget, the Store goes to a blocking thread to be freed there. The
+//! the memory budget, the Store goes to a blocking thread to be freed there (or, on a
+//! niced aside thread, is freed in place). The
 //! instance and its memories go first (`Store::into_data`), then its budget charge
 //! (in the Store's data) and the slot: the budget does not count the memory as free,
 //! nor the instance pool the instance's place, before they are. (A plain drop of a

@@ -111,8 +111,7 @@ impl Runtime {
             |_| std::thread::available_parallelism().map_or(1, |n| n.get()),
             |h| h.metrics().num_workers(),
         );
-        let aside = aside::Aside::start(threads, config.aside_nice)
-            .map_err(|e| RuntimeError::Compile(format!("aside threads: {e}")))?;
+        let aside = aside::Aside::new(threads, config.aside_nice);
         Ok(Runtime {
             optimizing,
             baseline,

@@ -59,13 +59,14 @@ impl Ticker {
         Ok(Ticker(shared))
     }
 
-    /// Held while guest code may run.
+    /// A handle for calls that own what they need (`call`).
     pub(super) fn ticks(&self) -> Ticks {
         Ticks(self.0.clone())
     }
 }
 
 impl Ticks {
+    /// Held while guest code may run.
     pub(super) fn running(&self) -> Running {
         let mut st = self.0.state.lock().unwrap();
         st.running += 1;

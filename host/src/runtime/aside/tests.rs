@@ -27,7 +27,7 @@ fn here() -> (i32, String) {
 #[tokio::test]
 async fn a_call_that_turns_long_finishes_on_a_niced_aside_thread() {
     let cpu = Cpu::new();
-    let aside = Aside::start(1, NICE).unwrap();
+    let aside = Aside::new(1, NICE);
     let meter = Meter::new(&cpu, "p".into());
     let (m, c) = (meter.clone(), cpu.clone());
     let call = Box::pin(Metered::new(
@@ -40,16 +40,17 @@ async fn a_call_that_turns_long_finishes_on_a_niced_aside_thread() {
         },
         meter.clone(),
     ));
-    let (before, after) = aside.run(call, meter).await;
+    let (before, after) = aside.run(call, meter).await.unwrap();
     assert_eq!(before, here(), "a call starts where it was called");
-    assert_eq!(after, (NICE, "wasmop-aside".into()), "a long call finishes aside, niced");
+    assert_eq!(after.1, "wasmop-aside", "a long call finishes aside");
+    assert!(after.0 >= NICE, "niced: {after:?}");
     assert_eq!(own_nice(), before.0, "the caller's thread keeps its priority");
 }
 
 #[tokio::test]
 async fn a_short_call_runs_in_place_to_the_end() {
     let cpu = Cpu::new();
-    let aside = Aside::start(1, NICE).unwrap();
+    let aside = Aside::new(1, NICE);
     let meter = Meter::new(&cpu, "p".into());
     let call = Box::pin(Metered::new(
         async {
@@ -58,13 +59,14 @@ async fn a_short_call_runs_in_place_to_the_end() {
         },
         meter.clone(),
     ));
-    assert_eq!(aside.run(call, meter).await, here(), "waiting is not computing: it stays");
+    assert_eq!(aside.run(call, meter).await, Some(here()), "waiting is not computing: it stays");
+    assert!(aside.0.rt.get().is_none(), "no call moved, so no aside thread was started");
 }
 
 #[tokio::test]
 async fn a_heavy_works_next_call_moves_aside_before_it_computes() {
     let cpu = Cpu::new();
-    let aside = Aside::start(1, NICE).unwrap();
+    let aside = Aside::new(1, NICE);
     let work: Arc<str> = "p/review".into();
     for _ in 0..16 {
         cpu.ended(&work, Duration::from_millis(40), false);
@@ -78,7 +80,8 @@ async fn a_heavy_works_next_call_moves_aside_before_it_computes() {
         },
         meter.clone(),
     ));
-    assert_eq!(aside.run(call, meter).await.0, NICE, "heavy work computes aside from its first instruction");
+    let (nice, name) = aside.run(call, meter).await.unwrap();
+    assert!(nice >= NICE && name == "wasmop-aside", "heavy work computes aside from its first instruction");
 }
 
 #[tokio::test]
@@ -86,12 +89,12 @@ async fn dropping_a_moved_call_stops_and_drops_it_on_the_aside_thread() {
     struct Dropped(Arc<AtomicBool>);
     impl Drop for Dropped {
         fn drop(&mut self) {
-            assert_eq!(own_nice(), NICE, "dropped where it ran");
+            assert!(own_nice() >= NICE, "dropped where it ran");
             self.0.store(true, SeqCst);
         }
     }
     let cpu = Cpu::new();
-    let aside = Aside::start(1, NICE).unwrap();
+    let aside = Aside::new(1, NICE);
     let meter = Meter::new(&cpu, "p".into());
     let (dropped, steps) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
     let (m, c, d, s) = (meter.clone(), cpu.clone(), dropped.clone(), steps.clone());
@@ -123,7 +126,7 @@ async fn dropping_a_moved_call_stops_and_drops_it_on_the_aside_thread() {
 #[tokio::test]
 async fn a_panic_aside_reaches_the_caller_as_a_panic() {
     let cpu = Cpu::new();
-    let aside = Aside::start(1, NICE).unwrap();
+    let aside = Aside::new(1, NICE);
     let meter = Meter::new(&cpu, "p".into());
     let (m, c) = (meter.clone(), cpu.clone());
     let call: Moveable<()> = Box::pin(Metered::new(
@@ -141,7 +144,7 @@ async fn a_panic_aside_reaches_the_caller_as_a_panic() {
 #[tokio::test]
 async fn what_a_moved_call_spawns_runs_on_the_callers_runtime() {
     let cpu = Cpu::new();
-    let aside = Aside::start(1, NICE).unwrap();
+    let aside = Aside::new(1, NICE);
     let meter = Meter::new(&cpu, "p".into());
     let (m, c) = (meter.clone(), cpu.clone());
     let call = Box::pin(Metered::new(
@@ -154,7 +157,7 @@ async fn what_a_moved_call_spawns_runs_on_the_callers_runtime() {
         },
         meter.clone(),
     ));
-    let (moved, spawned) = aside.run(call, meter).await;
-    assert_eq!(moved.0, NICE, "the call itself moved aside");
+    let (moved, spawned) = aside.run(call, meter).await.unwrap();
+    assert_eq!(moved.1, "wasmop-aside", "the call itself moved aside");
     assert_eq!(spawned, here(), "its spawned task serves from the host's runtime, not at the aside threads' share");
 }
