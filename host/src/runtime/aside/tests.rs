@@ -24,18 +24,27 @@ fn here() -> (i32, String) {
     (own_nice(), std::thread::current().name().unwrap_or_default().to_owned())
 }
 
+/// A host's CPU state, its aside threads, and one call's meter.
+fn fresh() -> (Arc<Cpu>, Aside, Arc<Meter>) {
+    let cpu = Cpu::new();
+    let meter = Meter::new(&cpu, "p".into());
+    (cpu, Aside::new(1, NICE), meter)
+}
+
+/// Inside a call: computes until it is long, then takes its turn, where it moves.
+async fn turn_long(cpu: &Arc<Cpu>, meter: &Meter) {
+    spin(super::super::cpu::LONG * 2);
+    cpu.pace(meter).expect("long: yields").await;
+}
+
 #[tokio::test]
 async fn a_call_that_turns_long_finishes_on_a_niced_aside_thread() {
-    let cpu = Cpu::new();
-    let aside = Aside::new(1, NICE);
-    let meter = Meter::new(&cpu, "p".into());
+    let (cpu, aside, meter) = fresh();
     let (m, c) = (meter.clone(), cpu.clone());
     let call = Box::pin(Metered::new(
         async move {
             let before = here();
-            spin(super::super::cpu::LONG * 2);
-            // Long now: its turn is where it moves.
-            c.pace(&m).expect("long: yields").await;
+            turn_long(&c, &m).await;
             (before, here())
         },
         meter.clone(),
@@ -49,9 +58,7 @@ async fn a_call_that_turns_long_finishes_on_a_niced_aside_thread() {
 
 #[tokio::test]
 async fn a_short_call_runs_in_place_to_the_end() {
-    let cpu = Cpu::new();
-    let aside = Aside::new(1, NICE);
-    let meter = Meter::new(&cpu, "p".into());
+    let (_cpu, aside, meter) = fresh();
     let call = Box::pin(Metered::new(
         async {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -93,16 +100,13 @@ async fn dropping_a_moved_call_stops_and_drops_it_on_the_aside_thread() {
             self.0.store(true, SeqCst);
         }
     }
-    let cpu = Cpu::new();
-    let aside = Aside::new(1, NICE);
-    let meter = Meter::new(&cpu, "p".into());
+    let (cpu, aside, meter) = fresh();
     let (dropped, steps) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
     let (m, c, d, s) = (meter.clone(), cpu.clone(), dropped.clone(), steps.clone());
     let call = Box::pin(Metered::new(
         async move {
             let _held = Dropped(d);
-            spin(super::super::cpu::LONG * 2);
-            c.pace(&m).expect("long: yields").await;
+            turn_long(&c, &m).await;
             loop {
                 s.fetch_add(1, SeqCst);
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -125,14 +129,11 @@ async fn dropping_a_moved_call_stops_and_drops_it_on_the_aside_thread() {
 
 #[tokio::test]
 async fn a_panic_aside_reaches_the_caller_as_a_panic() {
-    let cpu = Cpu::new();
-    let aside = Aside::new(1, NICE);
-    let meter = Meter::new(&cpu, "p".into());
+    let (cpu, aside, meter) = fresh();
     let (m, c) = (meter.clone(), cpu.clone());
     let call: Moveable<()> = Box::pin(Metered::new(
         async move {
-            spin(super::super::cpu::LONG * 2);
-            c.pace(&m).expect("long: yields").await;
+            turn_long(&c, &m).await;
             panic!("on purpose");
         },
         meter.clone(),
@@ -143,14 +144,11 @@ async fn a_panic_aside_reaches_the_caller_as_a_panic() {
 
 #[tokio::test]
 async fn what_a_moved_call_spawns_runs_on_the_callers_runtime() {
-    let cpu = Cpu::new();
-    let aside = Aside::new(1, NICE);
-    let meter = Meter::new(&cpu, "p".into());
+    let (cpu, aside, meter) = fresh();
     let (m, c) = (meter.clone(), cpu.clone());
     let call = Box::pin(Metered::new(
         async move {
-            spin(super::super::cpu::LONG * 2);
-            c.pace(&m).expect("long: yields").await;
+            turn_long(&c, &m).await;
             // As the cluster client does with a new connection.
             let spawned = tokio::spawn(async { here() }).await.unwrap();
             (here(), spawned)
