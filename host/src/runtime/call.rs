@@ -10,7 +10,7 @@
 //!
 //! While it runs, its thread time is metered and the epoch callback yields to the
 //! async runtime on every tick, holds runaway compute to a share of a thread (see
-//! [`throttle`]) and makes long calls take turns while short ones are busy (`cpu`), on
+//! `throttle`) and makes long calls take turns while short ones are busy (`cpu`), on
 //! the niced aside threads once they are long or their work heavy or faulting
 //! (`aside`); the Store's limiter holds the instance to its memory cap, the host-wide
 //! budget and wasmtime's counts of instances, tables and memories; host-call fuel
@@ -20,17 +20,17 @@
 //! back when an aside thread drops it, after `call` has returned its Timeout.
 
 use std::sync::Arc;
-use std::time::Duration;
 use wasmtime::Store;
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use super::aside::Moveable;
 use super::budget::{ENTRY_ROOM, waited};
-use super::cpu::{Cpu, Meter, Metered};
+use super::cpu::{Meter, Metered};
 use super::error::classify;
 use super::freeing::Freed;
 use super::host::{self, HostState};
+use super::throttle::throttle;
 use super::tiers::Code;
 use super::warm::Warm;
 use super::{Compiled, Limits, Runtime, RuntimeError};
@@ -98,7 +98,7 @@ impl Runtime {
             (self.cpu.clone(), self.slots.clone(), self.budget.clone(), self.ticker.ticks(), self.parked.clone());
         let mine = self.plugin_slots(&plugin, limits.max_instances);
         let (c, limits, warm) = (c.clone(), limits.clone(), warm.map(str::to_owned));
-        let (ceiling, tick, fuel) = (self.config.memory_ceiling, self.config.tick, self.config.fuel);
+        let (ceiling, fuel) = (self.config.memory_ceiling, self.config.fuel);
         let (deadline, at, m, w) = (limits.deadline, phase.clone(), meter.clone(), work.clone());
         let run = async move {
             let (phase, meter, work) = (at, m, w);
@@ -139,7 +139,7 @@ impl Runtime {
             let _ticking = ticks.running();
             // Yield to the async runtime on every tick; the timeout bounds the total.
             store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(throttle(plugin.clone(), tick, cpu.clone(), meter.clone()));
+            store.epoch_deadline_callback(throttle(plugin.clone(), cpu.clone(), meter.clone()));
             store.set_hostcall_fuel(limits.max_payload.saturating_add(HOSTCALL_SLACK));
             if fuel {
                 store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).map_err(|e| RuntimeError::Compile(e.to_string()))?;
@@ -198,71 +198,5 @@ impl Runtime {
                 s
             }
         }
-    }
-}
-
-/// Guest compute a call may do at full speed before any data: a healthy review or
-/// reconcile of a few objects computes for well under that; only runaway code gets
-/// here.
-const FULL_SPEED: Duration = Duration::from_millis(100);
-/// And per MiB handed to and from the guest (the call's object or review, and what
-/// its host calls read, sent and got back): work on data grows with the data, which a
-/// reconcile parses, filters, sorts and rewrites. Measured: a SidecarSet reconcile
-/// over 2,000 Pods with nothing to update takes 0.28–0.45 s in all; at 100 ms flat
-/// such reconciles were held to a tenth of a thread, and a 2,000-Pod rollout took
-/// 227 s instead of 45–53 s (BENCHMARKS.md, issue 26, last part).
-const FULL_SPEED_PER_MIB: Duration = Duration::from_millis(100);
-/// What a runaway call sleeps per tick after that: it keeps at most ~10 % of a thread
-/// until its deadline, so spinning plugins cannot starve healthy ones of CPU.
-const THROTTLE_SLEEP: Duration = Duration::from_millis(90);
-
-/// Compute at full speed for a call that was handed `bytes` (see `HostState::exchanged`).
-fn allowance(bytes: u64) -> Duration {
-    FULL_SPEED + FULL_SPEED_PER_MIB.mul_f64(bytes as f64 / (1 << 20) as f64)
-}
-
-/// The epoch callback: yield to the async runtime on every tick; once the call has
-/// computed for its [`allowance`] in all, also sleep. What counts is the guest's own
-/// compute: the time between two ticks when it made no host call in between and the
-/// gap is about one tick. A reconcile that makes thousands of host calls (each one an
-/// apiserver round trip) is never held back, nor one that computes over the many
-/// objects it read; a loop that calls nothing is. Caveats: a loop that makes a host
-/// call every tick is not counted, and one that reads much data earns time to spin;
-/// its deadline still ends it, and while other calls are busy it takes turns
-/// (`Cpu::pace`). A gap of more than one and a half ticks was not all compute (the
-/// call waited for a thread, or was throttled), so it does not count either.
-fn throttle(
-    plugin: Arc<str>,
-    tick: Duration,
-    cpu: Arc<Cpu>,
-    meter: Arc<Meter>,
-) -> impl FnMut(wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> + Send + Sync + 'static
-{
-    let mut last = std::time::Instant::now();
-    let mut calls = 0u64;
-    let mut computed = Duration::ZERO;
-    let mut throttled = false;
-    let slack = tick + tick / 2;
-    move |store| {
-        let now = std::time::Instant::now();
-        let (made, exchanged) = (store.data().host_calls, store.data().exchanged);
-        let gap = now.duration_since(last);
-        if made == calls && gap < slack {
-            computed += gap;
-        }
-        (last, calls) = (now, made);
-        if computed < allowance(exchanged) {
-            return Ok(match cpu.pace(&meter) {
-                Some(turn) => wasmtime::UpdateDeadline::YieldCustom(1, turn),
-                None => wasmtime::UpdateDeadline::Yield(1),
-            });
-        }
-        if !throttled {
-            throttled = true;
-            tracing::debug!(plugin = %plugin, ?computed, exchanged, "plugin call throttled: runaway compute");
-            let l = crate::metrics::labels(&[("plugin", &plugin)]);
-            crate::metrics::METRICS.throttled.get_or_create(&l).inc();
-        }
-        Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(tokio::time::sleep(THROTTLE_SLEEP))))
     }
 }

@@ -103,12 +103,12 @@ pub struct HostState {
     /// The budget of the plugin's stdout and stderr.
     pub(super) output: super::output::PluginOutput,
     /// Host calls made so far (cluster, Events, logs): the throttle tells time spent in
-    /// them from the guest's own compute (see `call::throttle`).
+    /// them from the guest's own compute (see `throttle`).
     pub(super) host_calls: u64,
     /// Bytes handed to and from the guest in this call: the object or review it was
     /// called with, and every host call's objects read, sent (even if refused) and
     /// answered. The throttle lets a call compute longer the more data it was given
-    /// to work on (see `call::throttle`).
+    /// to work on (see `throttle`).
     pub(super) exchanged: u64,
     /// A script plugin's script, for the engine's `script` import (see `script`).
     pub(super) script: Option<Arc<super::script::Script>>,

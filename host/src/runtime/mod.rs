@@ -33,6 +33,7 @@ mod freeing;
 mod host;
 mod output;
 mod script;
+mod throttle;
 mod ticker;
 mod tiers;
 mod warm;
