@@ -143,7 +143,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));
-    let kube = Arc::new(KubeBackend::new(config, &instance).context("cannot build the cluster client")?);
+    let kube = Arc::new(KubeBackend::new(config.clone(), &instance).context("cannot build the cluster client")?);
     let own_namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".into());
     let identities = match args.plugin_identity {
         PluginIdentity::ServiceAccount => Identities::ServiceAccounts(kube.clone()),
@@ -201,7 +201,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             args.plugins_namespace.clone()
         };
         tracing::info!(?namespaces, label = PLUGIN_LABEL, "loading plugins from ConfigMaps");
-        sources.push(Box::new(ConfigMapSource::new(kube.client().clone(), namespaces, limits.clone(), ceilings)));
+        sources.push(Box::new(ConfigMapSource::new(config.clone(), namespaces, limits.clone(), ceilings)));
     }
     if sources.is_empty() {
         tracing::warn!("no plugin source given (--plugins-dir, --plugins-configmaps): the host will idle");
@@ -213,10 +213,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /plugins");
     let events: Arc<dyn wasmop::gateway::Backend> = kube.clone();
     tokio::spawn(wasmop::sources::drive(registry.clone(), rx, Some(events), identities, health.clone()));
-    for s in sources {
-        tokio::spawn(s.run(tx.clone()));
-    }
-    drop(tx);
+    // Off the runtime thread that serves reviews: a ConfigMap event is megabytes to decode.
+    wasmop::sources::run_apart(sources, tx).context("cannot start the plugin sources' thread")?;
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let until_stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

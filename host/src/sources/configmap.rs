@@ -34,7 +34,10 @@ pub const PLUGIN_LABEL: &str = "wasmop.io/plugin";
 pub const SERVICE_ACCOUNT_ANNOTATION: &str = "wasmop.io/service-account";
 
 pub struct ConfigMapSource {
-    client: kube::Client,
+    /// The cluster's configuration, not a client: the source builds its own client on
+    /// the thread it runs on (`apart`), so the connections that carry its megabytes
+    /// are read there and none of them is shared with the host's runtime.
+    config: kube::Config,
     namespaces: Vec<String>,
     limits: Limits,
     ceilings: Ceilings,
@@ -42,8 +45,8 @@ pub struct ConfigMapSource {
 
 impl ConfigMapSource {
     /// Plugins get `limits`, adjusted by their ConfigMap's annotations within `ceilings`.
-    pub fn new(client: kube::Client, namespaces: Vec<String>, limits: Limits, ceilings: Ceilings) -> Self {
-        ConfigMapSource { client, namespaces, limits, ceilings }
+    pub fn new(config: kube::Config, namespaces: Vec<String>, limits: Limits, ceilings: Ceilings) -> Self {
+        ConfigMapSource { config, namespaces, limits, ceilings }
     }
 }
 
@@ -157,9 +160,16 @@ impl ConfigMapSource {
 #[async_trait::async_trait]
 impl PluginSource for ConfigMapSource {
     async fn run(self: Box<Self>, tx: mpsc::Sender<SourceEvent>) {
+        let client = match kube::Client::try_from(self.config.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(source = "configmap", "cannot build the cluster client; no plugin ConfigMap is read: {e}");
+                return;
+            }
+        };
         let config = watcher::Config::default().labels(&format!("{PLUGIN_LABEL}=true"));
         let streams = self.namespaces.iter().map(|ns| {
-            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
             watcher(api, config.clone()).default_backoff().map(move |e| (ns.clone(), e)).boxed()
         });
         let mut events = futures::stream::select_all(streams);
@@ -286,7 +296,7 @@ mod tests {
     async fn removals_name_the_configmap_they_come_from() {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let ceilings = ceilings();
-        let src = ConfigMapSource::new(kube::Client::try_from(config).unwrap(), vec![], Limits::default(), ceilings);
+        let src = ConfigMapSource::new(config, vec![], Limits::default(), ceilings);
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some("b".into());
         cm.metadata.namespace = Some("ops".into());

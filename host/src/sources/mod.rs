@@ -4,12 +4,14 @@
 //! [`Reporter`] (a log line for a directory; an Event on the ConfigMap for a ConfigMap).
 
 pub mod annotations;
+mod apart;
 pub mod bytes;
 mod configmap;
 mod dir;
 mod driver;
 
 pub use annotations::Ceilings;
+pub use apart::{SOURCES_NICE, run_apart};
 pub use configmap::{ConfigMapSource, PLUGIN_LABEL};
 pub use dir::DirSource;
 pub use driver::drive;
