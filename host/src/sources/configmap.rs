@@ -163,7 +163,10 @@ impl PluginSource for ConfigMapSource {
         let client = match kube::Client::try_from(self.config.clone()) {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!(source = "configmap", "cannot build the cluster client; no plugin ConfigMap is read: {e}");
+                tracing::error!(
+                    source = "configmap",
+                    "cannot build the cluster client; no plugin ConfigMap is read: {e}"
+                );
                 return;
             }
         };
