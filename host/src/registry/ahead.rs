@@ -110,10 +110,7 @@ async fn at_low_priority<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'stat
 mod tests {
     use super::*;
 
-    fn own_nice() -> i32 {
-        // SAFETY: as in lower_own_priority.
-        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) }
-    }
+    use crate::runtime::own_priority as own_nice;
 
     #[tokio::test]
     async fn the_compile_thread_runs_niced_and_the_caller_does_not() {

@@ -200,14 +200,17 @@ pub(super) fn on_aside_thread() -> bool {
 
 /// Lowers the calling thread's priority to `nice` (never raises it).
 pub(crate) fn lower_own_priority(nice: i32) {
-    // SAFETY: gettid and setpriority take no pointers; on Linux a thread id names that
-    // one thread for PRIO_PROCESS, so only this thread's priority changes.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        if libc::getpriority(libc::PRIO_PROCESS, tid) < nice {
-            libc::setpriority(libc::PRIO_PROCESS, tid, nice);
-        }
+    if own_priority() < nice {
+        // SAFETY: gettid and setpriority take no pointers; on Linux a thread id names
+        // that one thread for PRIO_PROCESS, so only this thread's priority changes.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t, nice) };
     }
+}
+
+/// The calling thread's nice value.
+pub(crate) fn own_priority() -> i32 {
+    // SAFETY: no pointers; the calling thread's own priority (see `lower_own_priority`).
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) }
 }
 
 #[cfg(test)]

@@ -45,6 +45,8 @@ use wasmtime::component::Component;
 
 use crate::gateway::Gateway;
 pub(crate) use aside::lower_own_priority;
+#[cfg(test)]
+pub(crate) use aside::own_priority;
 pub use budget::MemoryBudget;
 use code_cache::CodeCache;
 use config::DESCRIBE_DEADLINE;

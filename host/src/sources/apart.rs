@@ -60,8 +60,7 @@ mod tests {
     #[async_trait::async_trait]
     impl PluginSource for Where {
         async fn run(self: Box<Self>, tx: mpsc::Sender<SourceEvent>) {
-            // SAFETY: no pointers; the calling thread's own priority.
-            let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) };
+            let nice = crate::runtime::own_priority();
             let name = std::thread::current().name().unwrap_or_default().to_owned();
             let ev = SourceEvent::Remove { name: format!("{name} {nice}"), origin: String::new(), origin_object: None };
             let _ = tx.send(ev).await;

@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 
 const NICE: i32 = 10;
 
-fn own_nice() -> i32 {
-    // SAFETY: as in lower_own_priority.
-    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) }
-}
+use super::own_priority as own_nice;
 
 fn spin(d: Duration) {
     let t = Instant::now();
