@@ -213,7 +213,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /plugins");
     let events: Arc<dyn wasmop::gateway::Backend> = kube.clone();
     tokio::spawn(wasmop::sources::drive(registry.clone(), rx, Some(events), identities, health.clone()));
-    // Off the runtime thread that serves reviews: a ConfigMap event is megabytes to decode.
+    // On a niced thread of their own, so that however many plugin ConfigMap events
+    // come, their decoding never stands between two reviews (see `sources::apart`).
     wasmop::sources::run_apart(sources, tx).context("cannot start the plugin sources' thread")?;
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
