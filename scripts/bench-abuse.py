@@ -32,9 +32,11 @@ KUBECONFIG names it). --quick: tiny counts, a few seconds of attack: proves the 
 runs (`make bench-smoke`), no figure. Exits 1 if the host died. When the host's `run
 --help` has the memory budget flags they get ABUSE_BUDGET_MIB and ABUSE_SHARE_PERCENT
 (default 640 and 25, the host's defaults: 384 MiB of the 1 GiB is left to its own
-heap). WASMOP_BENCH_HOST=PATH: measure that host binary."""
+heap). WASMOP_BENCH_HOST=PATH: measure that host binary. ABUSE_PERF=DIR: a CPU profile of
+the host in each closed-loop run (see `profiled`); the table of CPU per host thread is
+printed always."""
 
-import contextlib, gzip, importlib, os, socket, ssl, shutil, statistics, subprocess, sys, tempfile, threading, time, urllib.request
+import contextlib, gzip, importlib, os, signal, socket, ssl, shutil, statistics, subprocess, sys, tempfile, threading, time, urllib.request
 
 from benchlib import ENV, HOST, build, control_plane_on, cpu_seconds, grant, grant_dir, kubectl, wait_ready
 
@@ -129,8 +131,28 @@ class Watch(threading.Thread):
         super().__init__(daemon=True)
         self.host, self.metrics, self.phase, self.peaks = host, metrics, "start", {}
         self.stop = threading.Event()
+        # CPU seconds per thread name, per phase: which of the host's threads did the
+        # work (the runtime's worker, compiles, aside calls, sources, ...).
+        self.threads, self.ticks, self.window = {}, {}, "start"
+
+    def sample_threads(self):
+        hz, per = os.sysconf("SC_CLK_TCK"), self.threads.setdefault(self.window, {})
+        try:
+            tids = os.listdir(f"/proc/{self.host.pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                stat = open(f"/proc/{self.host.pid}/task/{tid}/stat").read()
+            except OSError:
+                continue
+            name, f = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            ticks = int(f[11]) + int(f[12])
+            per[name] = per.get(name, 0) + (ticks - self.ticks.get(tid, ticks if self.window == "start" else 0)) / hz
+            self.ticks[tid] = ticks
 
     def sample(self, n):
+        self.sample_threads()
         peak = self.peaks.setdefault(self.phase, [0, 0])
         rss = vm(self.host.pid, "VmRSS")
         if rss is not None:
@@ -143,6 +165,25 @@ class Watch(threading.Thread):
         while not self.stop.wait(0.25) and self.host.poll() is None:
             self.sample(n)
             n += 1
+
+
+@contextlib.contextmanager
+def profiled(pid, name):
+    """With ABUSE_PERF=DIR: the host's threads sampled at 999 Hz (perf, on core 1 with
+    the load) into DIR/NAME.data while the block runs; `perf report -i ... --sort
+    comm,sym` then says what each thread spent its time on. Otherwise nothing."""
+    if not os.environ.get("ABUSE_PERF"):
+        yield
+        return
+    os.makedirs(os.environ["ABUSE_PERF"], exist_ok=True)
+    data = os.path.join(os.environ["ABUSE_PERF"], name.replace(" ", "-").replace(",", "") + ".data")
+    perf = subprocess.Popen(["taskset", "-c", "1", "perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-p", str(pid),
+                             "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        perf.send_signal(signal.SIGINT)
+        perf.wait()
 
 
 def healthy(pid, load, rate=None, beside=None):
@@ -171,8 +212,12 @@ def phase(name, watch, load, beside=None):
     watch.phase = name
     closed, opened = [], []
     for _ in range(RUNS):
-        closed.append(healthy(watch.host.pid, load, None, beside))
+        watch.window = f"{name}, closed loop"
+        with profiled(watch.host.pid, watch.window):
+            closed.append(healthy(watch.host.pid, load, None, beside))
+        watch.window = f"{name}, {RATE:,}/s"
         opened.append(healthy(watch.host.pid, load, RATE, beside))
+    watch.window = "between phases"
     med = lambda rows, i: statistics.median(r[i] for r in rows)
     failed = sum(1 for r in closed + opened if r[3] < 0)
     errors = sum(int(r[3]) for r in closed + opened if r[3] >= 0)
@@ -313,7 +358,7 @@ def main():
                         break
                     except OSError:
                         time.sleep(0.2)
-    report(rows, watch.peaks if watch else {}, attacks, alive, oom, failcnt, cg_max, hwm if alive else None)
+    report(rows, watch.peaks if watch else {}, watch.threads if watch else {}, attacks, alive, oom, failcnt, cg_max, hwm if alive else None)
     sys.exit(0 if alive else 1)
 
 
@@ -375,7 +420,7 @@ def under_attack(watch, load, host, attack_bin, port, ca, base):
     return row
 
 
-def report(rows, peaks, attacks, alive, oom, failcnt, cg_max, hwm):
+def report(rows, peaks, threads, attacks, alive, oom, failcnt, cg_max, hwm):
     print("\nAttacks (abuse_load):\n" + "".join(f"- {l}\n" for l in attacks.strip().splitlines()))
     print(f"| phase | closed loop ({CONNS} conns) | host CPU then | {RATE:,}/s offered: p50 | p99 | errors | "
           "host peak RSS | metric series (peak) | host alive |")
@@ -389,6 +434,10 @@ def report(rows, peaks, attacks, alive, oom, failcnt, cg_max, hwm):
     print(f"\nhost alive at the end: {'yes' if alive else 'NO'}; peak RSS (VmHWM): "
           f"{f'{hwm:.0f} MiB' if hwm else 'n/a (host gone)'}; cgroup peak usage {cg_max:.0f} MiB, "
           f"limit hit {failcnt} times, OOM kills {oom}")
+    print("\nthe host's CPU seconds per thread name, in each phase's healthy runs (sampled 4/s; a thread named for"
+          " its work while it does it, as compiles are, counts under that name):")
+    for name, per in threads.items():
+        print(f"- {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.05))
     alone = next((r for r in rows if r["name"] == "alone"), None)
     hit = next((r for r in rows if r["name"].startswith("under ")), None)
     if alone and hit and alone["rps"]:

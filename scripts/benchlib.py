@@ -46,9 +46,13 @@ def wait_ready(log, timeout=300):
 
 
 def build(example=None):
-    """The host (or one of its examples) in the chosen profile; returns the binary."""
+    """The host (or one of its examples) in the chosen profile; returns the binary.
+    WASMOP_BENCH_EXAMPLES=DIR: the examples (load generators) already built there, with
+    WASMOP_BENCH_HOST, so that an A/B run builds nothing while the sources change."""
     if not example and os.environ.get("WASMOP_BENCH_HOST"):
         return HOST
+    if example and os.environ.get("WASMOP_BENCH_EXAMPLES"):
+        return os.path.join(os.environ["WASMOP_BENCH_EXAMPLES"], example)
     # --workspace, as everywhere: the same dependency features as the tests' build. The
     # host and every example in one build, whichever is asked for: `--bins` alone
     # unifies dependency features without the examples' dev-dependencies, so asking

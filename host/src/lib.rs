@@ -18,5 +18,6 @@ pub mod rbac;
 pub mod registry;
 pub mod runtime;
 pub mod sources;
+pub mod thread_name;
 pub mod trim;
 pub mod webhook;

@@ -29,7 +29,11 @@ pub fn periodically(every: Duration) -> tokio::task::JoinHandle<()> {
         tick.tick().await;
         loop {
             tick.tick().await;
-            let _ = tokio::task::spawn_blocking(release).await;
+            let _ = tokio::task::spawn_blocking(|| {
+                let _named = crate::thread_name::Named::now(c"wasmop-trim");
+                release()
+            })
+            .await;
         }
     })
 }

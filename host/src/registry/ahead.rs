@@ -33,7 +33,8 @@
 //! cache, if the host keeps one, where the version's own tier-up finds it).
 
 use super::Registry;
-use crate::runtime::{Compiled, RuntimeError, lower_own_priority};
+use super::compiling::{AHEAD_NICE, at_low_priority};
+use crate::runtime::{Compiled, RuntimeError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,12 +44,6 @@ use std::time::{Duration, Instant};
 /// past any compile on a machine that still has some CPU to spare, and an author sees
 /// the new version within it on one that has none.
 pub const AHEAD_TIME: Duration = Duration::from_secs(15);
-
-/// The compile thread's nice value. Why 10: the scheduler then gives it about a tenth
-/// of a core that reviews or reconciles keep busy (weight 110 against 1024), so it
-/// delays them little, yet finishes within [`AHEAD_TIME`] on a busy core; 19 (weight
-/// 15) could starve.
-pub const AHEAD_NICE: i32 = 10;
 
 impl Registry {
     /// The Cranelift code for a reload, or None if it took longer than
@@ -63,7 +58,7 @@ impl Registry {
         let (rt, b, queue) = (self.runtime.clone(), bytes.clone(), self.optimizing.clone());
         let compile = async move {
             let turn = queue.acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
-            at_low_priority(move || {
+            at_low_priority("wasmop-ahead", AHEAD_NICE, move || {
                 let _turn = turn;
                 let c = rt.compile_optimizing(&b);
                 crate::trim::release();
@@ -88,41 +83,5 @@ impl Registry {
                 Ok(None)
             }
         }
-    }
-}
-
-/// Runs `f` on a new thread at nice [`AHEAD_NICE`]; its result, or Err if it panicked.
-/// A thread of its own, not the blocking pool's: a thread's priority cannot be raised
-/// back without privileges, and pool threads are reused.
-async fn at_low_priority<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, RuntimeError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("wasmop-compile-ahead".into())
-        .spawn(move || {
-            lower_own_priority(AHEAD_NICE);
-            let _ = tx.send(f());
-        })
-        .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
-    rx.await.map_err(|_| RuntimeError::Compile("the compile thread panicked".into()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::runtime::own_priority as own_nice;
-
-    #[tokio::test]
-    async fn the_compile_thread_runs_niced_and_the_caller_does_not() {
-        let before = own_nice();
-        let inside = at_low_priority(own_nice).await.unwrap();
-        assert_eq!(inside, AHEAD_NICE.max(before));
-        assert_eq!(own_nice(), before, "the caller's priority is left alone");
-    }
-
-    #[tokio::test]
-    async fn a_panicking_compile_is_an_error_not_a_crash() {
-        let e = at_low_priority(|| -> u8 { panic!("boom") }).await.unwrap_err();
-        assert!(e.to_string().contains("panicked"), "{e}");
     }
 }

@@ -9,21 +9,35 @@
 //! one as often as the source lets them (at most once a second per plugin, less
 //! often while its versions keep coming, see `sources::driver`). One at a time bounds
 //! the memory compiles take together and leaves the other core to reconciles and
-//! reviews; the delay means a plugin rewritten in a loop costs no Cranelift work at all
-//! (each version is gone before its tier-up starts); the time cap turns a compile that does not end into a rejected version
-//! instead of a stuck load. Compiled code is shared by sha256, so the same bytes under
-//! many names compile once. (Lowering the compile threads' CPU priority was tried and
-//! dropped: on a busy machine a niced compile starved for minutes.)
+//! reviews; the delay means a plugin rewritten in a loop costs no Cranelift work at
+//! all (each version is gone before its tier-up starts); the time cap turns a compile
+//! that does not end into a rejected version instead of a stuck load. Compiled code is
+//! shared by sha256, so the same bytes under many names compile once. (Lowering the
+//! priority of every compile was tried and dropped: on a busy machine a first load's
+//! niced compile starved for minutes, and nothing served meanwhile.)
 //!
 //! A reload of a webhook plugin already on optimized code skips the baseline tier
 //! (`ahead`).
+//!
+//! A version that came in a loop (the source's reload interval for its plugin has
+//! grown past [`MIN_RELOAD_INTERVAL`]) compiles at [`LOOP_NICE`] in a turn of its own.
+//! Why: whoever may write a plugin ConfigMap can keep a compile coming for ever, and
+//! at full priority each took the host's core from reviews for a third of a second: a
+//! tenth of the host's CPU while a healthy webhook saturated it (issue 18's churn
+//! attack, BENCHMARKS.md). At nice 19 it takes what reviews and reconciles leave, so
+//! the plugin that loops is the one that waits; its own turn means it never holds up
+//! another plugin's load; an author's first edit after a quiet second still compiles
+//! at full priority. Caveat: on a core kept busy by others such a compile gets about
+//! 1.5 % of it, so a 1 MB plugin's takes ~25 s instead of a third of one, and a
+//! version whose turn and compile together pass [`COMPILE_TIME`] is rejected (the
+//! previous one keeps serving; the loop's next version tries again).
 //!
 //! Caveat: wasmtime cannot cancel a compile; one past its time cap runs on to its end
 //! on its own thread, holding the compile turn, so later compiles wait for it (within
 //! their own time cap) rather than run beside it.
 
 use super::Registry;
-use crate::runtime::{Compiled, Format, RuntimeError};
+use crate::runtime::{Compiled, Format, RuntimeError, lower_own_priority};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -36,6 +50,18 @@ pub const COMPILE_TIME: Duration = Duration::from_secs(60);
 /// longer than the least time between two versions of one plugin (1 s); short enough
 /// that steady-state speed arrives within seconds of a real reload.
 pub const TIER_UP_DELAY: Duration = Duration::from_secs(2);
+
+/// The nice value of a reload's ahead-of-time compile (`ahead`). Why 10: the scheduler then gives such
+/// a compile about a tenth of a core that reviews or reconciles keep busy (weight 110
+/// against 1024), so it delays them little, yet ends within its time cap on a busy
+/// core; 19 (weight 15) could starve.
+pub const AHEAD_NICE: i32 = 10;
+
+/// The nice value of a compile of a version that came in a loop. Why 19 (weight 15
+/// against a review thread's 1024): such versions are replaced anyway, so they get
+/// only what nobody else wants; a loop's last version still loads within a minute on
+/// a core one busy thread keeps saturated.
+pub const LOOP_NICE: i32 = 19;
 
 /// The least time between two loads of one plugin's versions (enforced by
 /// `sources::driver`). Why 1 s: an author's edit is applied at once (the first
@@ -81,21 +107,27 @@ impl Registry {
         {
             return Ok(self.remember(digest, c));
         }
+        let looping = next_after > MIN_RELOAD_INTERVAL;
         let compiled = tokio::time::timeout(COMPILE_TIME, async {
-            let turn = self.compiling.clone().acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
+            let queue = if looping { &self.looping } else { &self.compiling };
+            let turn = queue.clone().acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
             // The same bytes may have been compiled for another name while we waited.
             if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
                 return Ok(Got::Shared(c));
             }
             let (rt, b, name) = (self.runtime.clone(), bytes.clone(), name.to_owned());
-            off_runtime(move || {
+            let job = move || {
                 let _turn = turn;
                 let c = rt.compile_as(format, &name, &b);
                 crate::trim::release();
                 c
-            })
-            .await?
-            .map(Got::Fresh)
+            };
+            let c = if looping {
+                at_low_priority("wasmop-looping", LOOP_NICE, job).await?
+            } else {
+                off_runtime(c"wasmop-compile", job).await?
+            };
+            c.map(Got::Fresh)
         })
         .await
         .map_err(|_| RuntimeError::Compile(format!("did not compile within {COMPILE_TIME:?}")))??;
@@ -135,7 +167,7 @@ impl Registry {
             if weak.strong_count() == 0 {
                 return;
             }
-            let _ = off_runtime(move || {
+            let _ = off_runtime(c"wasmop-tier-up", move || {
                 let _turn = turn;
                 let Some(c) = weak.upgrade() else { return };
                 let Some(bytes) = c.take_source() else { return };
@@ -161,7 +193,61 @@ enum Got {
     Shared(Arc<Compiled>),
 }
 
-/// Runs `f` on a blocking thread; its result, or Err if it panicked.
-async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, RuntimeError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))
+/// Runs `f` on a blocking thread, named `name` while it runs (`thread_name`); its
+/// result, or Err if it panicked.
+async fn off_runtime<T: Send + 'static>(
+    name: &'static std::ffi::CStr,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RuntimeError> {
+    tokio::task::spawn_blocking(move || {
+        let _named = crate::thread_name::Named::now(name);
+        f()
+    })
+    .await
+    .map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))
+}
+
+/// Runs `f` on a new thread named `name` at nice `nice`; its result, or Err if it
+/// panicked. A thread of its own, not the blocking pool's: a thread's priority cannot
+/// be raised back without privileges, and pool threads are reused.
+pub(super) async fn at_low_priority<T: Send + 'static>(
+    name: &str,
+    nice: i32,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RuntimeError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            lower_own_priority(nice);
+            let _ = tx.send(f());
+        })
+        .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
+    rx.await.map_err(|_| RuntimeError::Compile("the compile thread panicked".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::runtime::own_priority as own_nice;
+
+    #[tokio::test]
+    async fn the_compile_thread_runs_niced_and_named_and_the_caller_does_not() {
+        let before = own_nice();
+        let (inside, name) = at_low_priority("wasmop-looping", LOOP_NICE, || {
+            (own_nice(), std::thread::current().name().map(str::to_owned))
+        })
+        .await
+        .unwrap();
+        assert_eq!(inside, LOOP_NICE.max(before));
+        assert_eq!(name.as_deref(), Some("wasmop-looping"));
+        assert_eq!(own_nice(), before, "the caller's priority is left alone");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_compile_is_an_error_not_a_crash() {
+        let e = at_low_priority("wasmop-looping", LOOP_NICE, || -> u8 { panic!("boom") }).await.unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+    }
 }

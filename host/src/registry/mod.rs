@@ -168,8 +168,10 @@ pub struct Registry {
     plugins: Mutex<HashMap<String, Handle>>,
     /// Compiled code by sha256; weak so code no plugin uses is freed.
     compiled: Mutex<HashMap<[u8; 32], Weak<Compiled>>>,
-    /// One compile at a time, and one background tier-up (see `compiling`).
+    /// One compile at a time, one of a version that came in a loop, and one background
+    /// tier-up (see `compiling`).
     compiling: Arc<tokio::sync::Semaphore>,
+    looping: Arc<tokio::sync::Semaphore>,
     optimizing: Arc<tokio::sync::Semaphore>,
     events: broadcast::Sender<RegistryEvent>,
 }
@@ -181,6 +183,7 @@ impl Registry {
             plugins: Mutex::default(),
             compiled: Mutex::default(),
             compiling: Arc::new(tokio::sync::Semaphore::new(1)),
+            looping: Arc::new(tokio::sync::Semaphore::new(1)),
             optimizing: Arc::new(tokio::sync::Semaphore::new(1)),
             events: broadcast::channel(1024).0,
         })

@@ -70,7 +70,10 @@ impl Drop for Freed {
         };
         // On an aside thread the free is niced already: done in place (`aside`).
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) if big && !super::aside::on_aside_thread() => drop(rt.spawn_blocking(free)),
+            Ok(rt) if big && !super::aside::on_aside_thread() => drop(rt.spawn_blocking(move || {
+                let _named = crate::thread_name::Named::now(c"wasmop-free");
+                free()
+            })),
             _ => free(),
         }
     }

@@ -10,6 +10,7 @@
 //! Every replica serves webhooks (leader election only gates reconciling); on shutdown
 //! the server stops accepting and lets in-flight reviews finish.
 
+mod apart;
 mod body;
 pub mod ca_bundle;
 pub mod config;
@@ -119,7 +120,12 @@ pub async fn serve(
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let handshakes = handshakes::Handshakes::new(limits.max_handshakes);
+    // New connections' handshakes run niced (`apart`); in place if that thread cannot start.
+    let apart = apart::Apart::start()
+        .inspect_err(|e| tracing::warn!("cannot start the handshake thread, handshakes run in place: {e}"))
+        .ok();
     let task = tokio::spawn(async move {
+        let host = tokio::runtime::Handle::current();
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         tokio::pin!(stop);
         loop {
@@ -146,8 +152,8 @@ pub async fn serve(
             let acceptor = acceptor.clone();
             let service = TowerToHyperService::new(app.clone());
             let watcher = graceful.watcher();
-            tokio::spawn(async move {
-                let _slot = slot;
+            let host = host.clone();
+            let connection = async move {
                 let handshake = tokio::select! {
                     r = tokio::time::timeout(limits.handshake, acceptor.accept(tcp)) => r,
                     _ = handshaking.evicted() => {
@@ -167,14 +173,22 @@ pub async fn serve(
                         return;
                     }
                 };
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(limits.headers)
-                    .serve_connection(TokioIo::new(tls), service);
-                if let Err(e) = watcher.watch(conn).await {
-                    tracing::debug!(%peer, "webhook connection: {e}");
-                }
-            });
+                // Past its handshake: served on the host's runtime from here on.
+                host.spawn(async move {
+                    let _slot = slot;
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(limits.headers)
+                        .serve_connection(TokioIo::new(tls), service);
+                    if let Err(e) = watcher.watch(conn).await {
+                        tracing::debug!(%peer, "webhook connection: {e}");
+                    }
+                });
+            };
+            match &apart {
+                Some(apart) => apart.spawn(connection),
+                None => drop(tokio::spawn(connection)),
+            }
         }
         graceful.shutdown().await;
     });

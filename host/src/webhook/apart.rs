@@ -1,0 +1,86 @@
+//! TLS handshakes run apart: on a thread of their own (`wasmop-handshake`, its own
+//! single-threaded tokio runtime) at a lower CPU priority than the threads that serve
+//! reviews; a connection moves to the host's runtime once its handshake is done.
+//!
+//! Why: until its handshake ends a connection has proven nothing, yet its key exchange
+//! and signature cost the host more than a whole review of a connection kept alive,
+//! and anyone who can reach the port can ask for one as often as they like. An
+//! apiserver opens a few connections and keeps them, so the work of new connections
+//! is, on a busy host, mostly a flood's: under `scripts/bench-abuse.py`'s attacks
+//! (~150 handshakes and ~850 silent connections a second) handshake crypto was 4 % of
+//! the host's CPU, taken from a healthy webhook saturating it (BENCHMARKS.md, issue
+//! 18, eighth part). On a niced thread the kernel preempts that work whenever the
+//! runtime thread has a review; on a quiet host it runs at once.
+//!
+//! Flow: the accept loop stays on the host's runtime (the socket is registered with its
+//! reactor, which keeps serving it wherever it is polled); each accepted connection's
+//! handshake, its eviction by a newer one (`handshakes`) and its timeout run here;
+//! the connection, once past its handshake, is spawned on the host's runtime.
+//!
+//! Caveats: on a host whose cores are all busy, a new connection's handshake gets
+//! about a tenth of a core (a few milliseconds instead of a fraction of one); its
+//! place among the handshakes lasts as long as before, since evictions are counted at
+//! accept. The thread ends when the server does, dropping handshakes under way.
+
+use tokio::sync::oneshot;
+
+/// The handshake thread's nice value. Why 10: the same trade as the sources thread
+/// and the aside threads: about a tenth of a core reviews keep busy (weight 110 against
+/// 1024), so new connections still get in while reviews saturate the host.
+pub const HANDSHAKE_NICE: i32 = 10;
+
+/// The handshake thread's runtime, for as long as this lives.
+pub(super) struct Apart {
+    handle: tokio::runtime::Handle,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Apart {
+    /// Starts the handshake thread.
+    pub(super) fn start() -> std::io::Result<Apart> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new().name("wasmop-handshake".into()).spawn(move || {
+            crate::runtime::lower_own_priority(HANDSHAKE_NICE);
+            rt.block_on(async move {
+                let _ = stopped.await;
+            });
+        })?;
+        Ok(Apart { handle, _stop: stop })
+    }
+
+    /// Runs `f` on the handshake thread.
+    pub(super) fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
+        drop(self.handle.spawn(f));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn handshakes_run_on_a_niced_thread_that_ends_with_the_server() {
+        let before = crate::runtime::own_priority();
+        let apart = Apart::start().unwrap();
+        let (tx, rx) = oneshot::channel();
+        apart.spawn(async move {
+            let name = std::thread::current().name().map(str::to_owned);
+            // SAFETY: gettid takes no arguments.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+            let _ = tx.send((name, crate::runtime::own_priority(), tid));
+        });
+        let (name, nice, tid) = rx.await.unwrap();
+        assert_eq!(name.as_deref(), Some("wasmop-handshake"));
+        assert_eq!(nice, HANDSHAKE_NICE.max(before));
+        assert_eq!(crate::runtime::own_priority(), before, "the caller's priority is left alone");
+        // The server goes: its handshake thread ends.
+        drop(apart);
+        let gone = std::time::Instant::now();
+        while std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
+            assert!(gone.elapsed() < std::time::Duration::from_secs(10), "the handshake thread is still running");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
