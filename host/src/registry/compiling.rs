@@ -28,9 +28,9 @@
 //! the plugin that loops is the one that waits; its own turn means it never holds up
 //! another plugin's load; an author's first edit after a quiet second still compiles
 //! at full priority. Caveat: on a core kept busy by others such a compile gets about
-//! 1.5 % of it, so a 1 MB plugin's takes ~25 s instead of a third of one, and a
-//! version whose turn and compile together pass [`COMPILE_TIME`] is rejected (the
-//! previous one keeps serving; the loop's next version tries again).
+//! 1.5 % of it, so a 1 MB plugin's takes ~25 s instead of a third of one; its time
+//! cap is [`LOOP_COMPILE_TIME`], so that a loop's last version is not refused for
+//! having waited (it holds up nothing but later versions of looping plugins).
 //!
 //! Caveat: wasmtime cannot cancel a compile; one past its time cap runs on to its end
 //! on its own thread, holding the compile turn, so later compiles wait for it (within
@@ -38,13 +38,19 @@
 
 use super::Registry;
 use crate::runtime::{Compiled, Format, RuntimeError, lower_own_priority};
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// The longest a version's compile (waiting for its turn included) may take. Why 60 s:
 /// Cranelift compiles the 1 MB Memcached plugin in 1.3 s here, so a minute is far past
 /// any real plugin, and a load that waits longer is stuck.
 pub const COMPILE_TIME: Duration = Duration::from_secs(60);
+
+/// The time cap of a compile of a version that came in a loop (see the module docs).
+/// Why ten times [`COMPILE_TIME`]: at [`LOOP_NICE`] on a core that others keep busy a
+/// compile gets about a seventieth of it, and it waits in a turn of its own.
+pub const LOOP_COMPILE_TIME: Duration = Duration::from_secs(600);
 
 /// How long a version must have been serving before its tier-up starts. Why 2 s:
 /// longer than the least time between two versions of one plugin (1 s); short enough
@@ -108,7 +114,8 @@ impl Registry {
             return Ok(self.remember(digest, c));
         }
         let looping = next_after > MIN_RELOAD_INTERVAL;
-        let compiled = tokio::time::timeout(COMPILE_TIME, async {
+        let cap = if looping { LOOP_COMPILE_TIME } else { COMPILE_TIME };
+        let compiled = tokio::time::timeout(cap, async {
             let queue = if looping { &self.looping } else { &self.compiling };
             let turn = queue.clone().acquire_owned().await.map_err(|_| RuntimeError::Closed)?;
             // The same bytes may have been compiled for another name while we waited.
@@ -130,7 +137,7 @@ impl Registry {
             c.map(Got::Fresh)
         })
         .await
-        .map_err(|_| RuntimeError::Compile(format!("did not compile within {COMPILE_TIME:?}")))??;
+        .map_err(|_| RuntimeError::Compile(format!("did not compile within {cap:?}")))??;
         let compiled = match compiled {
             Got::Fresh(c) => c,
             Got::Shared(c) => return Ok(c),
@@ -155,11 +162,25 @@ impl Registry {
     /// Tier-up in the background, one plugin at a time so a host loading many plugins
     /// keeps a core for reconciles. Skipped when no plugin uses the code any more; a
     /// queued tier-up holds only a weak reference, so a replaced version's bytes go
-    /// with it.
+    /// with it. While a newer version of a plugin serving this code loads, the tier-up
+    /// waits for that load's end: a version in a loop whose successor compiles slowly
+    /// (at [`LOOP_NICE`]) would otherwise outlive its delay and be optimized (seconds
+    /// of Cranelift at full priority) just before it goes.
     fn optimize_later(&self, digest: [u8; 32], compiled: &Arc<Compiled>, delay: Duration) {
         let (rt, weak, queue) = (self.runtime.clone(), Arc::downgrade(compiled), self.optimizing.clone());
+        let replacing = self.replacing.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
+            let sha256 = hex::encode(digest);
+            let mut waited = false;
+            while replacing.contains(&sha256) && weak.strong_count() > 0 {
+                waited = true;
+                tokio::time::sleep(REPLACING_POLL).await;
+            }
+            if waited {
+                // The new version serves now; calls that began on this code end first.
+                tokio::time::sleep(REPLACING_POLL).await;
+            }
             if weak.strong_count() == 0 {
                 return;
             }
@@ -184,6 +205,44 @@ impl Registry {
             })
             .await;
         });
+    }
+}
+
+/// How often a tier-up waiting for a newer version's load looks again.
+const REPLACING_POLL: Duration = Duration::from_millis(500);
+
+/// The code (by sha256) of plugins loading a new version, counted since one code may
+/// serve several names: their tier-ups wait (see `optimize_later`).
+#[derive(Default)]
+pub(super) struct Replacing(Mutex<HashMap<String, usize>>);
+
+/// One load's mark on the code it replaces; taken off when dropped.
+pub(super) struct Replaced {
+    all: Arc<Replacing>,
+    sha256: String,
+}
+
+impl Replacing {
+    /// Marks `sha256` as being replaced until the returned mark is dropped.
+    pub(super) fn begin(self: &Arc<Self>, sha256: &str) -> Replaced {
+        *self.0.lock().unwrap().entry(sha256.to_owned()).or_default() += 1;
+        Replaced { all: self.clone(), sha256: sha256.to_owned() }
+    }
+
+    fn contains(&self, sha256: &str) -> bool {
+        self.0.lock().unwrap().contains_key(sha256)
+    }
+}
+
+impl Drop for Replaced {
+    fn drop(&mut self) {
+        let mut all = self.all.0.lock().unwrap();
+        if let Some(n) = all.get_mut(&self.sha256) {
+            *n -= 1;
+            if *n == 0 {
+                all.remove(&self.sha256);
+            }
+        }
     }
 }
 
@@ -243,6 +302,18 @@ mod tests {
         assert_eq!(inside, LOOP_NICE.max(before));
         assert_eq!(name.as_deref(), Some("wasmop-looping"));
         assert_eq!(own_nice(), before, "the caller's priority is left alone");
+    }
+
+    #[test]
+    fn code_is_marked_replaced_while_any_load_replacing_it_lasts() {
+        let all = Arc::new(Replacing::default());
+        let a = all.begin("c0de");
+        let b = all.begin("c0de");
+        assert!(all.contains("c0de") && !all.contains("other"));
+        drop(a);
+        assert!(all.contains("c0de"), "another load still replaces it");
+        drop(b);
+        assert!(!all.contains("c0de"));
     }
 
     #[tokio::test]

@@ -172,6 +172,8 @@ pub struct Registry {
     /// tier-up (see `compiling`).
     compiling: Arc<tokio::sync::Semaphore>,
     looping: Arc<tokio::sync::Semaphore>,
+    /// Code whose plugin is loading a newer version (its tier-up waits, see `compiling`).
+    replacing: Arc<compiling::Replacing>,
     optimizing: Arc<tokio::sync::Semaphore>,
     events: broadcast::Sender<RegistryEvent>,
 }
@@ -184,6 +186,7 @@ impl Registry {
             compiled: Mutex::default(),
             compiling: Arc::new(tokio::sync::Semaphore::new(1)),
             looping: Arc::new(tokio::sync::Semaphore::new(1)),
+            replacing: Default::default(),
             optimizing: Arc::new(tokio::sync::Semaphore::new(1)),
             events: broadcast::channel(1024).0,
         })
@@ -224,6 +227,7 @@ impl Registry {
         };
         let sha256 = hex::encode(digest);
         let mut ahead = false;
+        let mut _replacing = None;
         if let Some(cur) = self.get(&spec.name) {
             // Only webhooks: a reconcile on slower code for seconds costs no one a wait.
             ahead = cur.compiled.optimized() && !cur.compiled.is_script() && !cur.handlers.is_empty();
@@ -236,6 +240,9 @@ impl Registry {
                 && cur.identity == spec.identity
             {
                 return Ok(cur);
+            }
+            if cur.sha256 != sha256 {
+                _replacing = Some(self.replacing.begin(&cur.sha256));
             }
         }
         let compiled = self.compile(code_key, spec.format, &spec.name, &spec.bytes, next_after, ahead).await?;
