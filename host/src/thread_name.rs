@@ -11,8 +11,8 @@
 
 use std::ffi::CStr;
 
-/// The calling thread's name, restored when dropped.
-pub struct Named([u8; 16]);
+/// The calling thread's name, restored when dropped (on the same thread: not `Send`).
+pub struct Named([u8; 16], std::marker::PhantomData<*const ()>);
 
 impl Named {
     /// Renames the calling thread `name` (at most 15 bytes are kept) until dropped.
@@ -27,7 +27,7 @@ impl Named {
         }
         #[cfg(not(target_os = "linux"))]
         let _ = name;
-        Named(old)
+        Named(old, std::marker::PhantomData)
     }
 }
 

@@ -20,14 +20,15 @@
 //! (`ahead`).
 //!
 //! A version that came in a loop (the source's reload interval for its plugin has
-//! grown past [`MIN_RELOAD_INTERVAL`]) compiles at [`LOOP_NICE`] in a turn of its own.
+//! grown to [`LOOPING_FROM`]: the third of versions in quick succession, and later
+//! ones) compiles at [`LOOP_NICE`] in a turn of its own, never ahead.
 //! Why: whoever may write a plugin ConfigMap can keep a compile coming for ever, and
 //! at full priority each took the host's core from reviews for a third of a second: a
 //! tenth of the host's CPU while a healthy webhook saturated it (issue 18's churn
 //! attack, BENCHMARKS.md). At nice 19 it takes what reviews and reconciles leave, so
 //! the plugin that loops is the one that waits; its own turn means it never holds up
-//! another plugin's load; an author's first edit after a quiet second still compiles
-//! at full priority. Caveat: on a core kept busy by others such a compile gets about
+//! another plugin's load; an author's edits (two in quick succession included) still
+//! compile at full priority. Caveat: on a core kept busy by others such a compile gets about
 //! 1.5 % of it, so a 1 MB plugin's takes ~25 s instead of a third of one; its time
 //! cap is [`LOOP_COMPILE_TIME`], so that a loop's last version is not refused for
 //! having waited (it holds up nothing but later versions of looping plugins).
@@ -62,6 +63,11 @@ pub const TIER_UP_DELAY: Duration = Duration::from_secs(2);
 /// against 1024), so it delays them little, yet ends within its time cap on a busy
 /// core; 19 (weight 15) could starve.
 pub const AHEAD_NICE: i32 = 10;
+
+/// The reload interval from which a plugin's versions count as coming in a loop. Why
+/// 4 s (the third doubling from 1 s): an author who saves twice within two seconds,
+/// or a metadata change just after an edit, still compiles at full priority.
+pub const LOOPING_FROM: Duration = Duration::from_secs(4);
 
 /// The nice value of a compile of a version that came in a loop. Why 19 (weight 15
 /// against a review thread's 1024): such versions are replaced anyway, so they get
@@ -106,14 +112,17 @@ impl Registry {
         if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
             return Ok(c);
         }
+        // A version in a loop is never compiled ahead: that would be a Cranelift compile
+        // in the tier-up turn (nice 10) for each version of the loop.
+        let looping = next_after >= LOOPING_FROM;
         if ahead
+            && !looping
             && format == Format::Component
             && self.runtime.tiered()
             && let Some(c) = self.compile_ahead(digest, bytes).await?
         {
             return Ok(self.remember(digest, c));
         }
-        let looping = next_after > MIN_RELOAD_INTERVAL;
         let cap = if looping { LOOP_COMPILE_TIME } else { COMPILE_TIME };
         let compiled = tokio::time::timeout(cap, async {
             let queue = if looping { &self.looping } else { &self.compiling };
@@ -125,15 +134,16 @@ impl Registry {
             let (rt, b, name) = (self.runtime.clone(), bytes.clone(), name.to_owned());
             let job = move || {
                 let _turn = turn;
-                let c = rt.compile_as(format, &name, &b);
-                crate::trim::release();
-                c
+                rt.compile_as(format, &name, &b)
             };
             let c = if looping {
                 at_low_priority("wasmop-looping", LOOP_NICE, job).await?
             } else {
                 off_runtime(c"wasmop-compile", job).await?
             };
+            // Trimmed at the host's priority: a trim locks the allocator's arenas, which a
+            // preempted niced thread would hold while reviews wait.
+            off_runtime(c"wasmop-trim", crate::trim::release).await?;
             c.map(Got::Fresh)
         })
         .await
@@ -163,28 +173,38 @@ impl Registry {
     /// keeps a core for reconciles. Skipped when no plugin uses the code any more; a
     /// queued tier-up holds only a weak reference, so a replaced version's bytes go
     /// with it. While a newer version of a plugin serving this code loads, the tier-up
-    /// waits for that load's end: a version in a loop whose successor compiles slowly
-    /// (at [`LOOP_NICE`]) would otherwise outlive its delay and be optimized (seconds
-    /// of Cranelift at full priority) just before it goes.
+    /// waits for that load's end (for at most [`COMPILE_TIME`]): a version in a loop
+    /// whose successor compiles slowly (at [`LOOP_NICE`]) would otherwise outlive its
+    /// delay and be optimized (seconds of Cranelift at full priority) just before it
+    /// goes.
     fn optimize_later(&self, digest: [u8; 32], compiled: &Arc<Compiled>, delay: Duration) {
         let (rt, weak, queue) = (self.runtime.clone(), Arc::downgrade(compiled), self.optimizing.clone());
         let replacing = self.replacing.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let sha256 = hex::encode(digest);
-            let mut waited = false;
-            while replacing.contains(&sha256) && weak.strong_count() > 0 {
-                waited = true;
-                tokio::time::sleep(REPLACING_POLL).await;
-            }
-            if waited {
-                // The new version serves now; calls that began on this code end first.
-                tokio::time::sleep(REPLACING_POLL).await;
-            }
-            if weak.strong_count() == 0 {
-                return;
-            }
-            let Ok(turn) = queue.acquire_owned().await else { return };
+            let (sha256, since) = (hex::encode(digest), std::time::Instant::now());
+            // At most COMPILE_TIME in all, so that a plugin whose new versions keep
+            // failing to load still gets its current version optimized.
+            let replaced = || replacing.contains(&sha256) && since.elapsed() < COMPILE_TIME;
+            let turn = loop {
+                let mut waited = false;
+                while replaced() && weak.strong_count() > 0 {
+                    waited = true;
+                    tokio::time::sleep(REPLACING_POLL).await;
+                }
+                if waited {
+                    // The new version serves now; calls that began on this code end first.
+                    tokio::time::sleep(REPLACING_POLL).await;
+                }
+                if weak.strong_count() == 0 {
+                    return;
+                }
+                let Ok(turn) = queue.clone().acquire_owned().await else { return };
+                // A load that began while this waited for its turn: wait for it too.
+                if !replaced() {
+                    break turn;
+                }
+            };
             if weak.strong_count() == 0 {
                 return;
             }
@@ -302,6 +322,24 @@ mod tests {
         assert_eq!(inside, LOOP_NICE.max(before));
         assert_eq!(name.as_deref(), Some("wasmop-looping"));
         assert_eq!(own_nice(), before, "the caller's priority is left alone");
+    }
+
+    #[tokio::test]
+    async fn a_version_in_a_loop_compiles_in_a_turn_of_its_own() {
+        let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeConfig::default()).unwrap();
+        let registry = super::super::Registry::new(Arc::new(runtime));
+        // Another plugin's first load holds the compile turn.
+        let _held = registry.compiling.clone().acquire_owned().await.unwrap();
+        let bytes: Arc<[u8]> = Arc::from(&b"\0asm not a component"[..]);
+        let compile =
+            |digest, next_after| registry.compile(digest, Format::Component, "loop", &bytes, next_after, false);
+        // In a loop: compiled (and refused: these bytes are no component) without waiting.
+        let looped = tokio::time::timeout(Duration::from_secs(30), compile([1; 32], LOOPING_FROM)).await;
+        let e = looped.expect("a looping version waited for another plugin's compile").err().expect("refused");
+        assert!(!e.to_string().contains("within"), "{e}");
+        // An author's edit after a quiet spell takes the shared turn: it waits.
+        let edit = tokio::time::timeout(Duration::from_millis(500), compile([2; 32], MIN_RELOAD_INTERVAL * 2)).await;
+        assert!(edit.is_err(), "a version not in a loop did not wait for the held turn");
     }
 
     #[test]

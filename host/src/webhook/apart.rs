@@ -1,4 +1,4 @@
-//! TLS handshakes run apart: on a thread of their own (`wasmop-handshake`, its own
+//! TLS handshakes run apart: on a thread of their own (`wasmop-tls`, its own
 //! single-threaded tokio runtime) at a lower CPU priority than the threads that serve
 //! reviews; a connection moves to the host's runtime once its handshake is done.
 //!
@@ -13,7 +13,8 @@
 //! runtime thread has a review; on a quiet host it runs at once.
 //!
 //! Flow: the accept loop stays on the host's runtime (the socket is registered with its
-//! reactor, which keeps serving it wherever it is polled); each accepted connection's
+//! reactor, which keeps serving it wherever it is polled), and so do accepting a
+//! connection and waking its handshake when bytes arrive; each accepted connection's
 //! handshake, its eviction by a newer one (`handshakes`) and its timeout run here;
 //! the connection, once past its handshake, is spawned on the host's runtime.
 //!
@@ -41,7 +42,7 @@ impl Apart {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let handle = rt.handle().clone();
         let (stop, stopped) = oneshot::channel::<()>();
-        std::thread::Builder::new().name("wasmop-handshake".into()).spawn(move || {
+        std::thread::Builder::new().name("wasmop-tls".into()).spawn(move || {
             crate::runtime::lower_own_priority(HANDSHAKE_NICE);
             rt.block_on(async move {
                 let _ = stopped.await;
@@ -72,7 +73,7 @@ mod tests {
             let _ = tx.send((name, crate::runtime::own_priority(), tid));
         });
         let (name, nice, tid) = rx.await.unwrap();
-        assert_eq!(name.as_deref(), Some("wasmop-handshake"));
+        assert_eq!(name.as_deref(), Some("wasmop-tls"));
         assert_eq!(nice, HANDSHAKE_NICE.max(before));
         assert_eq!(crate::runtime::own_priority(), before, "the caller's priority is left alone");
         // The server goes: its handshake thread ends.
