@@ -28,10 +28,10 @@
 //! attack, BENCHMARKS.md). At nice 19 it takes what reviews and reconciles leave, so
 //! the plugin that loops is the one that waits; its own turn means it never holds up
 //! another plugin's load; an author's edits (two in quick succession included) still
-//! compile at full priority. Caveat: on a core kept busy by others such a compile gets about
-//! 1.5 % of it, so a 1 MB plugin's takes ~25 s instead of a third of one; its time
-//! cap is [`LOOP_COMPILE_TIME`], so that a loop's last version is not refused for
-//! having waited (it holds up nothing but later versions of looping plugins).
+//! compile at full priority. Caveat: on a core kept busy by others such a compile gets
+//! about 1.5 % of it, so a 1 MB plugin's takes ~25 s instead of a third of one; its
+//! time cap is [`LOOP_COMPILE_TIME`], so that a loop's last version is not refused
+//! for having waited (it holds up nothing but later versions of looping plugins).
 //!
 //! Caveat: wasmtime cannot cancel a compile; one past its time cap runs on to its end
 //! on its own thread, holding the compile turn, so later compiles wait for it (within
@@ -58,10 +58,10 @@ pub const LOOP_COMPILE_TIME: Duration = Duration::from_secs(600);
 /// that steady-state speed arrives within seconds of a real reload.
 pub const TIER_UP_DELAY: Duration = Duration::from_secs(2);
 
-/// The nice value of a reload's ahead-of-time compile (`ahead`). Why 10: the scheduler then gives such
-/// a compile about a tenth of a core that reviews or reconciles keep busy (weight 110
-/// against 1024), so it delays them little, yet ends within its time cap on a busy
-/// core; 19 (weight 15) could starve.
+/// The nice value of a reload's ahead-of-time compile (`ahead`). Why 10: the scheduler
+/// then gives such a compile about a tenth of a core that reviews or reconciles keep
+/// busy (weight 110 against 1024), so it delays them little, yet ends within its time
+/// cap on a busy core; 19 (weight 15) could starve.
 pub const AHEAD_NICE: i32 = 10;
 
 /// The reload interval from which a plugin's versions count as coming in a loop. Why
