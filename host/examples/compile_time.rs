@@ -2,22 +2,38 @@
 //! tiered default (`--plugin-compiler`). Three compiles per file and compiler, in ms.
 //!
 //!   cargo run --profile bench -p wasmop --example compile_time -- target/plugins/*.wasm
+//!
+//! Columns: Cranelift on every core (wasmtime's default), Cranelift on one thread (as
+//! the host compiles), the same with the host's pause points (`runtime::pauses`: a
+//! yield before each function), and Winch.
 
+use std::sync::Arc;
 use std::time::Instant;
 use wasmtime::{Config, Engine, OptLevel, Strategy};
 
 fn main() -> anyhow::Result<()> {
-    println!("| plugin | size | Cranelift | Winch |");
-    println!("|---|---|---|---|");
+    println!("| plugin | size | Cranelift | Cranelift, one thread | one thread, pause points | Winch |");
+    println!("|---|---|---|---|---|---|");
+    let engines = [
+        (Strategy::Cranelift, true, false),
+        (Strategy::Cranelift, false, false),
+        (Strategy::Cranelift, false, true),
+        (Strategy::Winch, true, false),
+    ];
     for path in std::env::args().skip(1) {
         let bytes = std::fs::read(&path)?;
         let mut row = Vec::new();
-        for strategy in [Strategy::Cranelift, Strategy::Winch] {
+        for (strategy, parallel, pauses) in engines {
             let mut cfg = Config::new();
             cfg.wasm_component_model(true)
                 .epoch_interruption(true)
                 .strategy(strategy)
+                .parallel_compilation(parallel)
                 .cranelift_opt_level(OptLevel::Speed);
+            if pauses {
+                cfg.enable_incremental_compilation(Arc::new(wasmop::runtime::PausePoints::default()))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
             let engine = Engine::new(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut ms = Vec::new();
             for _ in 0..3 {
@@ -29,7 +45,7 @@ fn main() -> anyhow::Result<()> {
             row.push(format!("{} ms ({}–{})", ms[1], ms[0], ms[2]));
         }
         let name = std::path::Path::new(&path).file_name().unwrap_or_default().to_string_lossy().into_owned();
-        println!("| {name} | {} KiB | {} | {} |", bytes.len() / 1024, row[0], row[1]);
+        println!("| {name} | {} KiB | {} |", bytes.len() / 1024, row.join(" | "));
     }
     Ok(())
 }
