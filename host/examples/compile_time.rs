@@ -4,15 +4,14 @@
 //!   cargo run --profile bench -p wasmop --example compile_time -- target/plugins/*.wasm
 //!
 //! Columns: Cranelift on every core (wasmtime's default), Cranelift on one thread (as
-//! the host compiles), the same with the host's pause points (`runtime::pauses`: a
-//! yield before each function), and Winch.
+//! the host compiles), the same with the host's pauses (`runtime::pauses`: a sleep
+//! every millisecond, as a reload's niced compile runs), and Winch.
 
-use std::sync::Arc;
 use std::time::Instant;
 use wasmtime::{Config, Engine, OptLevel, Strategy};
 
 fn main() -> anyhow::Result<()> {
-    println!("| plugin | size | Cranelift | Cranelift, one thread | one thread, pause points | Winch |");
+    println!("| plugin | size | Cranelift | Cranelift, one thread | one thread, pauses | Winch |");
     println!("|---|---|---|---|---|---|");
     let engines = [
         (Strategy::Cranelift, true, false),
@@ -30,13 +29,10 @@ fn main() -> anyhow::Result<()> {
                 .strategy(strategy)
                 .parallel_compilation(parallel)
                 .cranelift_opt_level(OptLevel::Speed);
-            if pauses {
-                cfg.enable_incremental_compilation(Arc::new(wasmop::runtime::PausePoints::default()))
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-            }
             let engine = Engine::new(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut ms = Vec::new();
             for _ in 0..3 {
+                let _paused = pauses.then(|| wasmop::runtime::Pauses::every(wasmop::runtime::PAUSE_EVERY));
                 let t = Instant::now();
                 wasmtime::component::Component::new(&engine, &bytes).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
                 ms.push(t.elapsed().as_millis());

@@ -38,7 +38,7 @@
 //! their own time cap) rather than run beside it.
 
 use super::Registry;
-use crate::runtime::{Compiled, Format, RuntimeError, lower_own_priority};
+use crate::runtime::{Compiled, Format, PAUSE_EVERY, Pauses, RuntimeError, niced_thread};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -192,7 +192,12 @@ impl Registry {
                     waited = true;
                     tokio::time::sleep(REPLACING_POLL).await;
                 }
-                if waited {
+                if waited && replacing.contains(&sha256) && weak.strong_count() > 0 {
+                    tracing::info!(
+                        sha256 = %sha256,
+                        "a newer version of this plugin is still loading after {COMPILE_TIME:?}: optimizing this one"
+                    );
+                } else if waited {
                     // The new version serves now; calls that began on this code end first.
                     tokio::time::sleep(REPLACING_POLL).await;
                 }
@@ -286,22 +291,20 @@ async fn off_runtime<T: Send + 'static>(
     .map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))
 }
 
-/// Runs `f` on a new thread named `name` at nice `nice`; its result, or Err if it
-/// panicked. A thread of its own, not the blocking pool's: a thread's priority cannot
-/// be raised back without privileges, and pool threads are reused.
+/// Runs `f` on a new thread named `name` at nice `nice` (`runtime::niced`), pausing
+/// every millisecond (`runtime::pauses`); its result, or Err if it panicked.
 pub(super) async fn at_low_priority<T: Send + 'static>(
     name: &str,
     nice: i32,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, RuntimeError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            lower_own_priority(nice);
-            let _ = tx.send(f());
-        })
-        .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
+    niced_thread(name, nice, move || {
+        // The core goes to reviews within a millisecond, not at the next tick.
+        let _pauses = Pauses::every(PAUSE_EVERY);
+        let _ = tx.send(f());
+    })
+    .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
     rx.await.map_err(|_| RuntimeError::Compile("the compile thread panicked".into()))
 }
 

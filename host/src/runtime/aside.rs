@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::cpu::Meter;
+use super::niced::lower_own_priority;
 
 /// A call's future, boxed so that it can move between runtimes mid-way.
 pub(super) type Moveable<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -196,21 +197,6 @@ thread_local! {
 /// Whether the calling thread is an aside thread: work it does is already niced.
 pub(super) fn on_aside_thread() -> bool {
     ASIDE.get()
-}
-
-/// Lowers the calling thread's priority to `nice` (never raises it).
-pub(crate) fn lower_own_priority(nice: i32) {
-    if own_priority() < nice {
-        // SAFETY: gettid and setpriority take no pointers; on Linux a thread id names
-        // that one thread for PRIO_PROCESS, so only this thread's priority changes.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t, nice) };
-    }
-}
-
-/// The calling thread's nice value.
-pub(crate) fn own_priority() -> i32 {
-    // SAFETY: no pointers; the calling thread's own priority (see `lower_own_priority`).
-    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod cpu;
 mod error;
 mod freeing;
 mod host;
+mod niced;
 mod output;
 mod pauses;
 mod script;
@@ -45,15 +46,15 @@ use wasmop_sdk::{Action, Manifest, ObjectRef, ReconcileError};
 use wasmtime::component::Component;
 
 use crate::gateway::Gateway;
-pub(crate) use aside::lower_own_priority;
-#[cfg(test)]
-pub(crate) use aside::own_priority;
 pub use budget::MemoryBudget;
 use code_cache::CodeCache;
 use config::DESCRIBE_DEADLINE;
 pub use config::{ASIDE_NICE, Limits, RuntimeConfig};
 pub use error::{RuntimeError, TrapKind};
-pub use pauses::PausePoints;
+#[cfg(test)]
+pub(crate) use niced::own_priority;
+pub(crate) use niced::{NicedRuntime, thread as niced_thread};
+pub use pauses::{PAUSE_EVERY, Pauses};
 pub use script::Format;
 use tiers::{Code, Tier};
 pub use tiers::{Compiled, Compiler};
@@ -311,29 +312,6 @@ mod tests {
         assert_eq!(std::fs::metadata(&files[0]).unwrap().ino(), inode, "loaded from the cache, not rewritten");
         // It is not a plugin, and says so, whether compiled or cached.
         assert!(matches!(rt.compile(empty_component), Err(RuntimeError::WrongWorld(_))));
-    }
-
-    /// A component holding one core module of two empty functions, hand-assembled:
-    /// type `() -> ()`, two functions of it, two bodies of `end`.
-    const TWO_FUNCTIONS: &[u8] = &[
-        0, b'a', b's', b'm', 0x0d, 0, 1, 0, // component preamble
-        1, 28, // core module section, 28 bytes
-        0, b'a', b's', b'm', 1, 0, 0, 0, // core module preamble
-        1, 4, 1, 0x60, 0, 0, // types: () -> ()
-        3, 3, 2, 0, 0, // functions: two of type 0
-        10, 7, 2, 2, 0, 0x0b, 2, 0, 0x0b, // code: two bodies
-    ];
-
-    #[test]
-    fn cranelift_pauses_before_each_function_it_compiles_and_winch_does_not_ask() {
-        let rt = Runtime::new(RuntimeConfig { max_instances: 2, ..Default::default() }).unwrap();
-        let pauses = rt.optimizing.pauses.as_ref().expect("the optimizing tier pauses");
-        let before = pauses.taken();
-        rt.compile_optimized(TWO_FUNCTIONS).unwrap();
-        assert!(pauses.taken() >= before + 2, "one pause per function: {} then {}", before, pauses.taken());
-        let baseline = rt.baseline.as_ref().expect("Winch is available on this machine");
-        assert!(baseline.pauses.is_none());
-        Component::new(&baseline.engine, TWO_FUNCTIONS).unwrap();
     }
 
     #[test]

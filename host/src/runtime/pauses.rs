@@ -1,57 +1,152 @@
-//! Pause points inside a Cranelift compile: before each function it compiles, the
-//! compiling thread offers its core to any thread that is waiting for it.
+//! Pauses in long background work: while a [`Pauses`] guard lives, its thread sleeps
+//! for an instant every [`PAUSE_EVERY`] of wall time, so a thread waiting for its core
+//! gets it within about that.
 //!
-//! Why: a compile is one long run of CPU work with no blocking call in it, so once the
+//! Why: a compile is one long run of CPU work with no blocking call in it. Once the
 //! scheduler has picked it, it keeps the core until the next scheduler tick (4 ms at
-//! HZ=250) even at nice 10: a review that wakes meanwhile is not allowed to preempt
-//! a thread whose time slice the kernel still protects. On one core serving 5,000
-//! reviews/s, a reload's compile made 85 stalls of 4–9.5 ms per 10 s run
-//! (BENCHMARKS.md, issue 23). A compile that yields between functions holds the core
-//! for at most one function at a time when someone waits, and loses nothing when nobody
-//! does: `sched_yield` with no other runnable thread on the core returns at once. Its
-//! share of a busy core is still set by its nice value, since a yield moves its place
-//! in the queue, not the CPU time it is owed.
+//! HZ=250) even at nice 10: a review that wakes meanwhile may not preempt a thread whose
+//! time slice the kernel still protects. On one core serving 5,000 reviews/s, a
+//! reload's compile made 85 stalls of 4–9.5 ms per 10 s run (BENCHMARKS.md, issue 23).
+//! A thread that sleeps every millisecond holds the core for at most about that.
 //!
-//! How: wasmtime has no per-function hook, but Cranelift's incremental-compilation
-//! cache asks its store for each function before compiling it. [`PausePoints`] is
-//! such a store that keeps nothing: every ask yields and misses.
+//! Why a sleep and not `sched_yield`: since Linux 6.6 a yield forfeits the rest of the
+//! thread's time slice, so yielding often starves a niced compile (tried: a yield before
+//! each function Cranelift compiles, through its incremental-cache hook, made every
+//! reload's compile miss `AHEAD_TIME` under load). A sleeping thread keeps what it is
+//! owed, so its share of a busy core is still set by its nice value.
 //!
-//! Cost: to ask, Cranelift hashes each function, and it serializes each result to
-//! offer it back; `host/examples/compile_time.rs` measures what that adds (BENCHMARKS.md).
+//! How: a POSIX timer on the monotonic clock (an hrtimer, not tick-bound as CPU-time
+//! timers are) signals this one thread (`SIGEV_THREAD_ID`), and the handler sleeps
+//! (`nanosleep` is async-signal-safe). Interrupted system calls restart
+//! (`SA_RESTART`).
 //!
-//! Caveat: Winch, the baseline compiler, asks no cache, so a baseline compile still runs
-//! in whole ticks; it is short (about a fifth of Cranelift's) and reloads of webhook
-//! plugins are compiled by Cranelift (`registry::ahead`).
+//! Cost: on an idle core each pause is one timer interrupt and a sleep of the kernel's
+//! timer slack (50 µs by default), about 5 % of the work's speed; figures in
+//! BENCHMARKS.md (`host/examples/compile_time.rs`).
+//!
+//! Caveat: the signal (`SIGRTMIN + 7`) is the host's; the handler stays installed for
+//! the life of the process, so a signal still pending when a guard drops is harmless.
 
-use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::Once;
+use std::time::Duration;
 
-use wasmtime::CacheStore;
+/// How often a paused thread offers its core. Why 1 ms: a quarter of the 4 ms a tick
+/// gave; the timer and the sleep cost about 5 % of a thread that nobody waits for.
+pub const PAUSE_EVERY: Duration = Duration::from_millis(1);
 
-/// See the module docs. Counts its pause points, for tests and for the curious.
-#[derive(Debug, Default)]
-pub struct PausePoints {
-    taken: AtomicU64,
+thread_local! {
+    /// Pauses this thread has taken (the handler counts them; a const thread-local
+    /// needs no allocation, so the handler may touch it).
+    static TAKEN: Cell<u64> = const { Cell::new(0) };
+}
+static INSTALL: Once = Once::new();
+
+fn signal() -> libc::c_int {
+    libc::SIGRTMIN() + 7
 }
 
-impl PausePoints {
-    /// How many functions have asked so far.
-    #[cfg(test)]
-    pub fn taken(&self) -> u64 {
-        self.taken.load(Ordering::Relaxed)
+extern "C" fn pause(_: libc::c_int) {
+    // SAFETY: errno is this thread's; nanosleep is async-signal-safe and is given a
+    // valid timespec; errno is put back as the interrupted code left it.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let nap = libc::timespec { tv_sec: 0, tv_nsec: 1_000 };
+        libc::nanosleep(&nap, std::ptr::null_mut());
+        *libc::__errno_location() = errno;
+    }
+    TAKEN.set(TAKEN.get() + 1);
+}
+
+/// See the module docs. Not `Send`: its timer signals the thread that made it.
+pub struct Pauses {
+    timer: libc::timer_t,
+}
+
+impl Pauses {
+    /// Pauses the calling thread every `period` until the guard drops; None if the
+    /// timer cannot be made (the work then runs without pauses, as before).
+    pub fn every(period: Duration) -> Option<Pauses> {
+        INSTALL.call_once(|| {
+            // SAFETY: a zeroed sigaction is valid; the handler only sleeps and counts.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = pause as *const () as libc::sighandler_t;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                if libc::sigaction(signal(), &sa, std::ptr::null_mut()) != 0 {
+                    tracing::warn!("cannot install the pause handler: {}", std::io::Error::last_os_error());
+                }
+            }
+        });
+        // SAFETY: sev and its is plain data; the timer signals this thread only.
+        unsafe {
+            let mut sev: libc::sigevent = std::mem::zeroed();
+            sev.sigev_notify = libc::SIGEV_THREAD_ID;
+            sev.sigev_signo = signal();
+            sev.sigev_notify_thread_id = libc::syscall(libc::SYS_gettid) as libc::c_int;
+            let mut timer: libc::timer_t = std::ptr::null_mut();
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut timer) != 0 {
+                tracing::warn!("cannot pause background work: {}", std::io::Error::last_os_error());
+                return None;
+            }
+            let p = libc::timespec { tv_sec: period.as_secs() as _, tv_nsec: period.subsec_nanos() as _ };
+            let its = libc::itimerspec { it_interval: p, it_value: p };
+            libc::timer_settime(timer, 0, &its, std::ptr::null_mut());
+            Some(Pauses { timer })
+        }
+    }
+
+    /// Pauses the calling thread has taken so far.
+    pub fn taken() -> u64 {
+        TAKEN.get()
     }
 }
 
-impl CacheStore for PausePoints {
-    fn get(&self, _key: &[u8]) -> Option<Cow<'_, [u8]>> {
-        self.taken.fetch_add(1, Ordering::Relaxed);
-        std::thread::yield_now();
-        None
+impl Drop for Pauses {
+    fn drop(&mut self) {
+        // SAFETY: the timer was made by `every` and is deleted once.
+        unsafe { libc::timer_delete(self.timer) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// Voluntary context switches of the calling thread.
+    fn gave_way() -> i64 {
+        // SAFETY: getrusage fills the struct it is given.
+        unsafe {
+            let mut u: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+            u.ru_nvcsw
+        }
     }
 
-    fn insert(&self, _key: &[u8], _value: Vec<u8>) -> bool {
-        // Keeping compiled functions would make a reload of a barely changed plugin
-        // compile faster, but costs memory per plugin that nothing bounds yet.
-        false
+    fn spin(d: Duration) {
+        let t = Instant::now();
+        while t.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[test]
+    fn a_busy_thread_gives_way_every_period_while_the_guard_lives_and_not_after() {
+        std::thread::spawn(|| {
+            let (taken, switched) = (Pauses::taken(), gave_way());
+            let guard = Pauses::every(Duration::from_millis(2)).expect("a timer");
+            spin(Duration::from_millis(100));
+            drop(guard);
+            let (during, switches) = (Pauses::taken() - taken, gave_way() - switched);
+            // About 50; the timer's first expiry and a busy test machine take some.
+            assert!(during >= 20, "{during} pauses in 100 ms");
+            assert!(switches >= 20, "{switches} times the core was offered");
+            spin(Duration::from_millis(20));
+            assert!(Pauses::taken() - taken <= during + 1, "no pauses once the guard is gone");
+        })
+        .join()
+        .unwrap();
     }
 }

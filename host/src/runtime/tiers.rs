@@ -27,7 +27,6 @@ use super::bindings::exports::wasmop::operator::reach::GuestIndices as ReachIndi
 use super::bindings::exports::wasmop::operator::reconciler::GuestIndices as ReconcilerIndices;
 use super::bindings::exports::wasmop::operator::selectors::GuestIndices as SelectorsIndices;
 use super::host::HostState;
-use super::pauses::PausePoints;
 use super::{RuntimeConfig, RuntimeError};
 
 /// Which compiler makes a plugin's code.
@@ -51,9 +50,6 @@ pub enum Compiler {
 pub(super) struct Tier {
     pub engine: Engine,
     pub linker: Linker<HostState>,
-    /// Where Cranelift's compiles yield between functions (`pauses`); None for Winch.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub pauses: Option<Arc<PausePoints>>,
 }
 
 impl Tier {
@@ -70,25 +66,22 @@ impl Tier {
             .total_stacks(n + 2);
         let mut cfg = base_config(config);
         cfg.strategy(Strategy::Cranelift).allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let pauses = Arc::new(PausePoints::default());
-        cfg.enable_incremental_compilation(pauses.clone())
-            .map_err(|e| RuntimeError::Compile(format!("engine: {e}")))?;
-        Tier::new(&cfg, Some(pauses))
+        Tier::new(&cfg)
     }
 
     pub fn baseline(config: &RuntimeConfig) -> Result<Tier, RuntimeError> {
         let mut cfg = base_config(config);
         cfg.strategy(Strategy::Winch).allocation_strategy(InstanceAllocationStrategy::OnDemand);
-        Tier::new(&cfg, None)
+        Tier::new(&cfg)
     }
 
-    fn new(cfg: &Config, pauses: Option<Arc<PausePoints>>) -> Result<Tier, RuntimeError> {
+    fn new(cfg: &Config) -> Result<Tier, RuntimeError> {
         let engine = Engine::new(cfg).map_err(|e| RuntimeError::Compile(format!("engine: {e}")))?;
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| RuntimeError::Compile(e.to_string()))?;
         PluginBindings::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| RuntimeError::Compile(e.to_string()))?;
-        Ok(Tier { engine, linker, pauses })
+        Ok(Tier { engine, linker })
     }
 
     /// Links a compiled component against the contract: a plugin for another world is

@@ -37,8 +37,7 @@ pub const SOURCES_NICE: i32 = 10;
 /// or `tx`'s receiver is dropped.
 pub fn run_apart(sources: Vec<Box<dyn PluginSource>>, tx: mpsc::Sender<SourceEvent>) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    std::thread::Builder::new().name("wasmop-sources".into()).spawn(move || {
-        crate::runtime::lower_own_priority(SOURCES_NICE);
+    crate::runtime::niced_thread("wasmop-sources", SOURCES_NICE, move || {
         rt.block_on(async move {
             let all = futures::future::join_all(sources.into_iter().map(|s| s.run(tx.clone())));
             tokio::select! {

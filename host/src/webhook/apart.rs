@@ -23,7 +23,7 @@
 //! place among the handshakes lasts as long as before, since evictions are counted at
 //! accept. The thread ends when the server does, dropping handshakes under way.
 
-use tokio::sync::oneshot;
+use crate::runtime::NicedRuntime;
 
 /// The handshake thread's nice value. Why 10: the same trade as the sources thread
 /// and the aside threads: about a tenth of a core reviews keep busy (weight 110 against
@@ -31,35 +31,24 @@ use tokio::sync::oneshot;
 pub const HANDSHAKE_NICE: i32 = 10;
 
 /// The handshake thread's runtime, for as long as this lives.
-pub(super) struct Apart {
-    handle: tokio::runtime::Handle,
-    _stop: oneshot::Sender<()>,
-}
+pub(super) struct Apart(NicedRuntime);
 
 impl Apart {
     /// Starts the handshake thread.
     pub(super) fn start() -> std::io::Result<Apart> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let handle = rt.handle().clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        std::thread::Builder::new().name("wasmop-tls".into()).spawn(move || {
-            crate::runtime::lower_own_priority(HANDSHAKE_NICE);
-            rt.block_on(async move {
-                let _ = stopped.await;
-            });
-        })?;
-        Ok(Apart { handle, _stop: stop })
+        NicedRuntime::start("wasmop-tls", HANDSHAKE_NICE).map(Apart)
     }
 
     /// Runs `f` on the handshake thread.
     pub(super) fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
-        drop(self.handle.spawn(f));
+        self.0.spawn(f)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::oneshot;
 
     #[tokio::test]
     async fn handshakes_run_on_a_niced_thread_that_ends_with_the_server() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 const NICE: i32 = 10;
 
-use super::own_priority as own_nice;
+use super::super::niced::own_priority as own_nice;
 
 fn spin(d: Duration) {
     let t = Instant::now();

@@ -1,0 +1,103 @@
+//! Threads the kernel ranks below the host's own: the one way the host starts work that
+//! must take only the CPU that reconciles and reviews leave (compiles of reloads and
+//! loops, plugin sources, TLS handshakes, long calls moved `aside`).
+//!
+//! Why a thread of its own each time: on Linux a nice value belongs to a thread, and
+//! raising it back needs privileges the host does not have, so a niced thread serves
+//! only niced work and a pool thread is never niced.
+//!
+//! Caveat: a process already at the nice value or above sees no difference.
+
+use std::future::Future;
+use std::thread::JoinHandle;
+
+/// Runs `f` on a new thread named `name` at nice `nice` (never above the caller's
+/// priority). Thread names over 15 bytes are cut by the kernel: keep them short.
+pub(crate) fn thread<T: Send + 'static>(
+    name: &str,
+    nice: i32,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<JoinHandle<T>> {
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        lower_own_priority(nice);
+        f()
+    })
+}
+
+/// A current-thread tokio runtime on a thread of its own at nice `nice`, serving what
+/// is spawned on it until this value is dropped (tasks still pending are dropped on it).
+pub(crate) struct NicedRuntime {
+    handle: tokio::runtime::Handle,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl NicedRuntime {
+    pub(crate) fn start(name: &str, nice: i32) -> std::io::Result<NicedRuntime> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        thread(name, nice, move || {
+            rt.block_on(async move {
+                let _ = stopped.await;
+            })
+        })?;
+        Ok(NicedRuntime { handle, _stop: stop })
+    }
+
+    /// Runs `f` on the niced thread, detached.
+    pub(crate) fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
+        drop(self.handle.spawn(f));
+    }
+}
+
+/// Lowers the calling thread's priority to `nice` (never raises it).
+pub(crate) fn lower_own_priority(nice: i32) {
+    if own_priority() < nice {
+        // SAFETY: gettid and setpriority take no pointers; on Linux a thread id names
+        // that one thread for PRIO_PROCESS, so only this thread's priority changes.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t, nice) };
+    }
+}
+
+/// The calling thread's nice value.
+pub(crate) fn own_priority() -> i32 {
+    // SAFETY: no pointers; the calling thread's own priority (see `lower_own_priority`).
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_niced_runtime_runs_named_and_niced_and_ends_when_dropped() {
+        let before = own_priority();
+        let rt = NicedRuntime::start("wasmop-test", 7).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        rt.spawn(async move {
+            let name = std::thread::current().name().map(str::to_owned);
+            // SAFETY: gettid takes no arguments.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+            let _ = tx.send((name, own_priority(), tid));
+        });
+        let (name, nice, tid) = rx.await.unwrap();
+        assert_eq!(name.as_deref(), Some("wasmop-test"));
+        assert_eq!(nice, before.max(7));
+        assert_eq!(own_priority(), before, "the caller's priority is left alone");
+        drop(rt);
+        let task = format!("/proc/self/task/{tid}");
+        let gone = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !std::path::Path::new(&task).exists()
+        });
+        assert!(gone, "the niced thread ends once its runtime is dropped");
+    }
+
+    #[test]
+    fn a_niced_thread_returns_its_result() {
+        let t = thread("wasmop-test", 3, || (own_priority(), std::thread::current().name().map(str::to_owned)));
+        let (nice, name) = t.unwrap().join().unwrap();
+        assert_eq!(nice, own_priority().max(3));
+        assert_eq!(name.as_deref(), Some("wasmop-test"));
+    }
+}
