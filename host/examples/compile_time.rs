@@ -32,7 +32,7 @@ fn main() -> anyhow::Result<()> {
             let engine = Engine::new(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut ms = Vec::new();
             for _ in 0..3 {
-                let _paused = pauses.then(|| wasmop::runtime::Pauses::every(wasmop::runtime::PAUSE_EVERY));
+                let _paused = pauses.then(|| wasmop::runtime::Pauses::every(wasmop::runtime::LOOK_EVERY));
                 let t = Instant::now();
                 wasmtime::component::Component::new(&engine, &bytes).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
                 ms.push(t.elapsed().as_millis());

@@ -19,13 +19,14 @@
 //! [`AHEAD_TIME`] the version loads on baseline code as before (tiering up later), so
 //! a busy machine delays the new version by at most that.
 //!
-//! Caveat: at nice 10 the compile takes its tenth of a busy core in whole scheduler
-//! ticks (4 ms at HZ=250): a review that arrives meanwhile waits for the tick, and a
-//! traced reload at 5,000 reviews/s showed ~85 such gaps of 4–9.5 ms per 10 s run
-//! (`scripts/admission-stall-causes.py`, BENCHMARKS.md, issue 23). Two fixes were
-//! measured and dropped: `SCHED_IDLE` yields at once but starved the compile past
-//! [`AHEAD_TIME`] (baseline code, reviews seconds behind); the kernel's longest time
-//! slice (`sched_attr.sched_runtime`) changed nothing, since reviews that use more
+//! Pauses: at nice 10 alone the compile took its tenth of a busy core in whole
+//! scheduler ticks (4 ms at HZ=250): a review that arrived meanwhile waited for the
+//! tick, and a traced reload at 5,000 reviews/s showed ~85 such gaps of 4–9.5 ms per
+//! 10 s run (`scripts/admission-stall-causes.py`, BENCHMARKS.md, issue 23). So the
+//! compile thread sleeps an instant after each millisecond it runs (`runtime::pauses`). Measured
+//! and dropped: `SCHED_IDLE` and a yield before each function both starved the compile
+//! past [`AHEAD_TIME`] (baseline code, reviews seconds behind); the kernel's longest
+//! time slice (`sched_attr.sched_runtime`) changed nothing, since reviews that use more
 //! than their share are not eligible to preempt.
 //!
 //! Caveat: wasmtime cannot cancel a compile, so one past [`AHEAD_TIME`] runs on to its

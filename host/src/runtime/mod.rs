@@ -54,7 +54,7 @@ pub use error::{RuntimeError, TrapKind};
 #[cfg(test)]
 pub(crate) use niced::own_priority;
 pub(crate) use niced::{NicedRuntime, thread as niced_thread};
-pub use pauses::{PAUSE_EVERY, Pauses};
+pub use pauses::{LOOK_EVERY, PAUSE_EVERY, Pauses};
 pub use script::Format;
 use tiers::{Code, Tier};
 pub use tiers::{Compiled, Compiler};

@@ -1,6 +1,6 @@
 //! Pauses in long background work: while a [`Pauses`] guard lives, its thread sleeps
-//! for an instant every [`PAUSE_EVERY`] of wall time, so a thread waiting for its core
-//! gets it within about that.
+//! for an instant after each [`PAUSE_EVERY`] of CPU time it runs, so a thread waiting
+//! for its core gets it within about that.
 //!
 //! Why: a compile is one long run of CPU work with no blocking call in it. Once the
 //! scheduler has picked it, it keeps the core until the next scheduler tick (4 ms at
@@ -16,12 +16,15 @@
 //! owed, so its share of a busy core is still set by its nice value.
 //!
 //! How: a POSIX timer on the monotonic clock (an hrtimer, not tick-bound as CPU-time
-//! timers are) signals this one thread (`SIGEV_THREAD_ID`), and the handler sleeps
-//! (`nanosleep` is async-signal-safe). Interrupted system calls restart
-//! (`SA_RESTART`).
+//! timers are) signals this one thread (`SIGEV_THREAD_ID`) every [`LOOK_EVERY`]; the
+//! handler sleeps (`nanosleep` is async-signal-safe) if the thread has run for
+//! [`PAUSE_EVERY`] since it last did. Why CPU time: a thread that waited for the core
+//! has not held it, and a first build that paused by wall time paused each time it
+//! got the core back, starving the compile past `AHEAD_TIME`. Interrupted system calls
+//! restart (`SA_RESTART`).
 //!
-//! Cost: on an idle core each pause is one timer interrupt and a sleep of the kernel's
-//! timer slack (50 µs by default), about 5 % of the work's speed; figures in
+//! Cost: on an idle core, four timer signals and one sleep of the kernel's timer slack
+//! (50 µs by default) per millisecond of work, about 5 % of its speed; figures in
 //! BENCHMARKS.md (`host/examples/compile_time.rs`).
 //!
 //! Caveat: the signal (`SIGRTMIN + 7`) is the host's; the handler stays installed for
@@ -35,10 +38,16 @@ use std::time::Duration;
 /// gave; the timer and the sleep cost about 5 % of a thread that nobody waits for.
 pub const PAUSE_EVERY: Duration = Duration::from_millis(1);
 
+/// How often the timer looks: a run of [`PAUSE_EVERY`] then holds the core at most
+/// this much longer.
+pub const LOOK_EVERY: Duration = Duration::from_micros(250);
+
 thread_local! {
     /// Pauses this thread has taken (the handler counts them; a const thread-local
     /// needs no allocation, so the handler may touch it).
     static TAKEN: Cell<u64> = const { Cell::new(0) };
+    /// This thread's CPU time at its last pause.
+    static SINCE: Cell<u64> = const { Cell::new(0) };
 }
 static INSTALL: Once = Once::new();
 
@@ -46,7 +55,21 @@ fn signal() -> libc::c_int {
     libc::SIGRTMIN() + 7
 }
 
+/// This thread's CPU time, in ns (clock_gettime is async-signal-safe).
+fn cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 extern "C" fn pause(_: libc::c_int) {
+    // Only a thread that has run for PAUSE_EVERY since its last pause pauses: the
+    // timer counts wall time, and a thread that waited for the core meanwhile has not
+    // held it (pausing it then would starve it on a busy core).
+    if cpu_ns().saturating_sub(SINCE.get()) < PAUSE_EVERY.as_nanos() as u64 {
+        return;
+    }
     // SAFETY: errno is this thread's; nanosleep is async-signal-safe and is given a
     // valid timespec; errno is put back as the interrupted code left it.
     unsafe {
@@ -56,6 +79,7 @@ extern "C" fn pause(_: libc::c_int) {
         *libc::__errno_location() = errno;
     }
     TAKEN.set(TAKEN.get() + 1);
+    SINCE.set(cpu_ns());
 }
 
 /// See the module docs. Not `Send`: its timer signals the thread that made it.
@@ -64,9 +88,11 @@ pub struct Pauses {
 }
 
 impl Pauses {
-    /// Pauses the calling thread every `period` until the guard drops; None if the
-    /// timer cannot be made (the work then runs without pauses, as before).
+    /// Pauses the calling thread after each [`PAUSE_EVERY`] of CPU time, looking every
+    /// `period` of wall time, until the guard drops; None if the timer cannot be made
+    /// (the work then runs without pauses, as before).
     pub fn every(period: Duration) -> Option<Pauses> {
+        SINCE.set(cpu_ns());
         INSTALL.call_once(|| {
             // SAFETY: a zeroed sigaction is valid; the handler only sleeps and counts.
             unsafe {
@@ -136,11 +162,11 @@ mod tests {
     fn a_busy_thread_gives_way_every_period_while_the_guard_lives_and_not_after() {
         std::thread::spawn(|| {
             let (taken, switched) = (Pauses::taken(), gave_way());
-            let guard = Pauses::every(Duration::from_millis(2)).expect("a timer");
+            let guard = Pauses::every(LOOK_EVERY).expect("a timer");
             spin(Duration::from_millis(100));
             drop(guard);
             let (during, switches) = (Pauses::taken() - taken, gave_way() - switched);
-            // About 50; the timer's first expiry and a busy test machine take some.
+            // About 100 (a pause per ms of CPU); a busy test machine takes some.
             assert!(during >= 20, "{during} pauses in 100 ms");
             assert!(switches >= 20, "{switches} times the core was offered");
             spin(Duration::from_millis(20));
