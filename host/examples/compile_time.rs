@@ -4,25 +4,19 @@
 //!   cargo run --profile bench -p wasmop --example compile_time -- target/plugins/*.wasm
 //!
 //! Columns: Cranelift on every core (wasmtime's default), Cranelift on one thread (as
-//! the host compiles), the same with the host's pauses (`runtime::pauses`: a sleep
-//! every millisecond, as a reload's niced compile runs), and Winch.
+//! the host compiles), and Winch.
 
 use std::time::Instant;
 use wasmtime::{Config, Engine, OptLevel, Strategy};
 
 fn main() -> anyhow::Result<()> {
-    println!("| plugin | size | Cranelift | Cranelift, one thread | one thread, pauses | Winch |");
-    println!("|---|---|---|---|---|---|");
-    let engines = [
-        (Strategy::Cranelift, true, false),
-        (Strategy::Cranelift, false, false),
-        (Strategy::Cranelift, false, true),
-        (Strategy::Winch, true, false),
-    ];
+    println!("| plugin | size | Cranelift | Cranelift, one thread | Winch |");
+    println!("|---|---|---|---|---|");
+    let engines = [(Strategy::Cranelift, true), (Strategy::Cranelift, false), (Strategy::Winch, true)];
     for path in std::env::args().skip(1) {
         let bytes = std::fs::read(&path)?;
         let mut row = Vec::new();
-        for (strategy, parallel, pauses) in engines {
+        for (strategy, parallel) in engines {
             let mut cfg = Config::new();
             cfg.wasm_component_model(true)
                 .epoch_interruption(true)
@@ -32,7 +26,6 @@ fn main() -> anyhow::Result<()> {
             let engine = Engine::new(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut ms = Vec::new();
             for _ in 0..3 {
-                let _paused = pauses.then(|| wasmop::runtime::Pauses::every(wasmop::runtime::LOOK_EVERY));
                 let t = Instant::now();
                 wasmtime::component::Component::new(&engine, &bytes).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
                 ms.push(t.elapsed().as_millis());

@@ -19,15 +19,18 @@
 //! [`AHEAD_TIME`] the version loads on baseline code as before (tiering up later), so
 //! a busy machine delays the new version by at most that.
 //!
-//! Pauses: at nice 10 alone the compile took its tenth of a busy core in whole
-//! scheduler ticks (4 ms at HZ=250): a review that arrived meanwhile waited for the
-//! tick, and a traced reload at 5,000 reviews/s showed ~85 such gaps of 4–9.5 ms per
-//! 10 s run (`scripts/admission-stall-causes.py`, BENCHMARKS.md, issue 23). So the
-//! compile thread sleeps an instant after each millisecond it runs (`runtime::pauses`). Measured
-//! and dropped: `SCHED_IDLE` and a yield before each function both starved the compile
-//! past [`AHEAD_TIME`] (baseline code, reviews seconds behind); the kernel's longest
-//! time slice (`sched_attr.sched_runtime`) changed nothing, since reviews that use more
-//! than their share are not eligible to preempt.
+//! Caveat: at nice 10 the compile takes its tenth of a busy core in whole scheduler
+//! ticks (4 ms at HZ=250): a review that arrives meanwhile waits for the tick, and a
+//! traced reload at 5,000 reviews/s showed ~85 such gaps of 4–9.5 ms per 10 s run
+//! (`scripts/admission-stall-causes.py`, BENCHMARKS.md, issue 23). Four fixes were
+//! measured and dropped: `SCHED_IDLE` and a yield before each function (Cranelift's
+//! incremental-cache hook) both starved the compile past [`AHEAD_TIME`] (baseline
+//! code, reviews seconds behind; since Linux 6.6 a yield forfeits the rest of a time
+//! slice); the kernel's longest time slice (`sched_attr.sched_runtime`) changed
+//! nothing, since reviews that use more than their share are not eligible to preempt;
+//! and a sleep after each millisecond of the compile's CPU time (a per-thread timer)
+//! made a nice-0 thread's wake-ups later, not earlier, beside a one-thread compile that
+//! on its own delayed them by under 0.1 ms at the 99th percentile (BENCHMARKS.md).
 //!
 //! Caveat: wasmtime cannot cancel a compile, so one past [`AHEAD_TIME`] runs on to its
 //! end on its thread, holding the tier-up turn (its code then goes to the compiled-code

@@ -38,7 +38,7 @@
 //! their own time cap) rather than run beside it.
 
 use super::Registry;
-use crate::runtime::{Compiled, Format, LOOK_EVERY, Pauses, RuntimeError, niced_thread};
+use crate::runtime::{Compiled, Format, RuntimeError, niced_thread};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -291,8 +291,8 @@ async fn off_runtime<T: Send + 'static>(
     .map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))
 }
 
-/// Runs `f` on a new thread named `name` at nice `nice` (`runtime::niced`), pausing
-/// after each millisecond it runs (`runtime::pauses`); its result, or Err if it panicked.
+/// Runs `f` on a new thread named `name` at nice `nice` (`runtime::niced`); its
+/// result, or Err if it panicked.
 pub(super) async fn at_low_priority<T: Send + 'static>(
     name: &str,
     nice: i32,
@@ -300,8 +300,6 @@ pub(super) async fn at_low_priority<T: Send + 'static>(
 ) -> Result<T, RuntimeError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     niced_thread(name, nice, move || {
-        // The core goes to reviews within a millisecond, not at the next tick.
-        let _pauses = Pauses::every(LOOK_EVERY);
         let _ = tx.send(f());
     })
     .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;

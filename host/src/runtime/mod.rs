@@ -33,7 +33,6 @@ mod freeing;
 mod host;
 mod niced;
 mod output;
-mod pauses;
 mod script;
 mod throttle;
 mod ticker;
@@ -54,7 +53,6 @@ pub use error::{RuntimeError, TrapKind};
 #[cfg(test)]
 pub(crate) use niced::own_priority;
 pub(crate) use niced::{NicedRuntime, thread as niced_thread};
-pub use pauses::{LOOK_EVERY, PAUSE_EVERY, Pauses};
 pub use script::Format;
 use tiers::{Code, Tier};
 pub use tiers::{Compiled, Compiler};
