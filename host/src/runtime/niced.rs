@@ -1,6 +1,7 @@
-//! Threads the kernel ranks below the host's own: the one way the host starts work that
-//! must take only the CPU that reconciles and reviews leave (compiles of reloads and
-//! loops, plugin sources, TLS handshakes, long calls moved `aside`).
+//! Threads the kernel ranks below the host's own, for work that must take only the CPU
+//! that reconciles and reviews leave: a thread (compiles of reloads and loops, the
+//! plugin sources' runtime) or a small runtime on one (TLS handshakes). The `aside`
+//! runtime's workers lower their own priority with the same call.
 //!
 //! Why a thread of its own each time: on Linux a nice value belongs to a thread, and
 //! raising it back needs privileges the host does not have, so a niced thread serves
