@@ -117,18 +117,43 @@ impl Elector {
     }
 
     /// Gives the Lease up so a standby takes over at once instead of after expiry.
+    ///
+    /// A renewal may still land after the read here: the stop path drops `hold` while
+    /// a renewal is in flight, and the apiserver may apply it after this replica's
+    /// read. The write then fails with a conflict, so it reads again and retries (a
+    /// few times; each try is one read and one write). It never writes a Lease that
+    /// another replica holds.
     pub async fn release(&mut self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await else { return };
-        let spec = lease.spec.get_or_insert_with(Default::default);
-        if spec.holder_identity.as_deref() != Some(&self.cfg.identity) {
-            return;
-        }
-        spec.holder_identity = None;
-        spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(now());
-        match self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await {
-            Ok(_) => tracing::info!(lease = %self.cfg.name, "released the lease"),
-            Err(e) => tracing::warn!("cannot release the lease (standbys take over after it expires): {e}"),
+        const TRIES: usize = 5;
+        for attempt in 1..=TRIES {
+            let mut lease = match self.api.get_opt(&self.cfg.name).await {
+                Ok(Some(lease)) => lease,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!("cannot read the lease to release it (standbys take over after it expires): {e}");
+                    break;
+                }
+            };
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if spec.holder_identity.as_deref() != Some(&self.cfg.identity) {
+                break;
+            }
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(now());
+            match self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await {
+                Ok(_) => {
+                    tracing::info!(lease = %self.cfg.name, "released the lease");
+                    break;
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < TRIES => {
+                    tracing::debug!(lease = %self.cfg.name, attempt, "lease changed while releasing it; reading it again");
+                }
+                Err(e) => {
+                    tracing::warn!("cannot release the lease (standbys take over after it expires): {e}");
+                    break;
+                }
+            }
         }
         crate::metrics::METRICS.leader.set(0);
     }
@@ -194,5 +219,94 @@ impl Elector {
         if self.observed.as_ref().map(|(s, _)| s) != Some(&spec) {
             self.observed = Some((spec, Instant::now()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `release` against a fake apiserver that holds one Lease and answers GET and PUT
+    //! with resourceVersion checks, as the real one does.
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use std::sync::{Arc, Mutex};
+
+    struct Fake {
+        lease: serde_json::Value,
+        rv: u64,
+        /// PUTs to refuse first, each as if another write (an in-flight renewal) had
+        /// landed just before it.
+        conflicts: u32,
+        puts: u32,
+    }
+
+    fn elector(holder: &str, conflicts: u32) -> (Elector, Arc<Mutex<Fake>>) {
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "l", "namespace": "ns"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+        });
+        let fake = Arc::new(Mutex::new(Fake { lease, rv: 1, conflicts, puts: 0 }));
+        let state = fake.clone();
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let state = state.clone();
+            async move {
+                let put = req.method() == http::Method::PUT;
+                let body = req.into_body().collect().await?.to_bytes();
+                let mut f = state.lock().unwrap();
+                let (code, out) = if !put {
+                    let mut l = f.lease.clone();
+                    l["metadata"]["resourceVersion"] = f.rv.to_string().into();
+                    (200, l)
+                } else {
+                    f.puts += 1;
+                    let sent: serde_json::Value = serde_json::from_slice(&body)?;
+                    let fresh = sent["metadata"]["resourceVersion"] == f.rv.to_string().as_str();
+                    if f.conflicts > 0 || !fresh {
+                        f.conflicts = f.conflicts.saturating_sub(1);
+                        f.rv += 1;
+                        let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "message": "the object has been modified", "reason": "Conflict", "code": 409});
+                        (409, status)
+                    } else {
+                        f.rv += 1;
+                        f.lease = sent;
+                        (200, f.lease.clone())
+                    }
+                };
+                let resp = http::Response::builder().status(code).header("content-type", "application/json");
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(resp.body(Full::new(Bytes::from(out.to_string())))?)
+            }
+        });
+        let client = kube::Client::new(svc, "ns");
+        (Elector::new(client, Config::new("ns", "l", "me")), fake)
+    }
+
+    fn holder(fake: &Mutex<Fake>) -> serde_json::Value {
+        fake.lock().unwrap().lease["spec"]["holderIdentity"].clone()
+    }
+
+    #[tokio::test]
+    async fn release_reads_again_when_a_renewal_landed_after_its_read() {
+        let (mut e, fake) = elector("me", 2);
+        e.release().await;
+        assert_eq!(holder(&fake), serde_json::Value::Null, "the lease is released");
+        assert_eq!(fake.lock().unwrap().puts, 3, "two conflicts, then the write");
+    }
+
+    #[tokio::test]
+    async fn release_gives_up_after_a_few_conflicts() {
+        let (mut e, fake) = elector("me", 1000);
+        e.release().await;
+        assert_eq!(holder(&fake), "me", "still held: standbys wait for expiry");
+        assert_eq!(fake.lock().unwrap().puts, 5, "bounded tries");
+    }
+
+    #[tokio::test]
+    async fn release_never_writes_a_lease_another_replica_holds() {
+        let (mut e, fake) = elector("other", 0);
+        e.release().await;
+        assert_eq!(holder(&fake), "other");
+        assert_eq!(fake.lock().unwrap().puts, 0);
     }
 }
