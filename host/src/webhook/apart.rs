@@ -30,47 +30,9 @@ use crate::runtime::NicedRuntime;
 /// 1024), so new connections still get in while reviews saturate the host.
 pub const HANDSHAKE_NICE: i32 = 10;
 
-/// The handshake thread's runtime, for as long as this lives.
-pub(super) struct Apart(NicedRuntime);
-
-impl Apart {
-    /// Starts the handshake thread.
-    pub(super) fn start() -> std::io::Result<Apart> {
-        NicedRuntime::start("wasmop-tls", HANDSHAKE_NICE).map(Apart)
-    }
-
-    /// Runs `f` on the handshake thread.
-    pub(super) fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
-        self.0.spawn(f)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::sync::oneshot;
-
-    #[tokio::test]
-    async fn handshakes_run_on_a_niced_thread_that_ends_with_the_server() {
-        let before = crate::runtime::own_priority();
-        let apart = Apart::start().unwrap();
-        let (tx, rx) = oneshot::channel();
-        apart.spawn(async move {
-            let name = std::thread::current().name().map(str::to_owned);
-            // SAFETY: gettid takes no arguments.
-            let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-            let _ = tx.send((name, crate::runtime::own_priority(), tid));
-        });
-        let (name, nice, tid) = rx.await.unwrap();
-        assert_eq!(name.as_deref(), Some("wasmop-tls"));
-        assert_eq!(nice, HANDSHAKE_NICE.max(before));
-        assert_eq!(crate::runtime::own_priority(), before, "the caller's priority is left alone");
-        // The server goes: its handshake thread ends.
-        drop(apart);
-        let gone = std::time::Instant::now();
-        while std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
-            assert!(gone.elapsed() < std::time::Duration::from_secs(10), "the handshake thread is still running");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }
+/// Starts the handshake thread: a niced runtime that serves handshakes until dropped
+/// (with the server). `webhook::client_auth_tests` checks that `serve` does its
+/// handshakes there.
+pub(super) fn start() -> std::io::Result<NicedRuntime> {
+    NicedRuntime::start("wasmop-tls", HANDSHAKE_NICE)
 }

@@ -121,7 +121,7 @@ pub async fn serve(
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let handshakes = handshakes::Handshakes::new(limits.max_handshakes);
     // New connections' handshakes run niced (`apart`); in place if that thread cannot start.
-    let apart = apart::Apart::start()
+    let apart = apart::start()
         .inspect_err(|e| tracing::warn!("cannot start the handshake thread, handshakes run in place: {e}"))
         .ok();
     let task = tokio::spawn(async move {
