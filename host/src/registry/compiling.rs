@@ -38,7 +38,7 @@
 //! their own time cap) rather than run beside it.
 
 use super::Registry;
-use crate::runtime::{Compiled, Format, RuntimeError, niced_thread};
+use crate::runtime::{Compiled, Format, RuntimeError, idle_thread, niced_thread};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -57,12 +57,6 @@ pub const LOOP_COMPILE_TIME: Duration = Duration::from_secs(600);
 /// longer than the least time between two versions of one plugin (1 s); short enough
 /// that steady-state speed arrives within seconds of a real reload.
 pub const TIER_UP_DELAY: Duration = Duration::from_secs(2);
-
-/// The nice value of a reload's ahead-of-time compile (`ahead`). Why 10: the scheduler
-/// then gives such a compile about a tenth of a core that reviews or reconciles keep
-/// busy (weight 110 against 1024), so it delays them little, yet ends within its time
-/// cap on a busy core; 19 (weight 15) could starve.
-pub const AHEAD_NICE: i32 = 10;
 
 /// The reload interval from which a plugin's versions count as coming in a loop. Why
 /// 4 s (the third doubling from 1 s): an author who saves twice within two seconds,
@@ -113,7 +107,7 @@ impl Registry {
             return Ok(c);
         }
         // A version in a loop is never compiled ahead: that would be a Cranelift compile
-        // in the tier-up turn (nice 10) for each version of the loop.
+        // in the tier-up turn for each version of the loop.
         let looping = next_after >= LOOPING_FROM;
         if ahead
             && !looping
@@ -137,7 +131,7 @@ impl Registry {
                 rt.compile_as(format, &name, &b)
             };
             let c = if looping {
-                at_low_priority("wasmop-looping", LOOP_NICE, job).await?
+                at_low_priority("wasmop-looping", Rank::Nice(LOOP_NICE), job).await?
             } else {
                 off_runtime(c"wasmop-compile", job).await?
             };
@@ -291,17 +285,30 @@ async fn off_runtime<T: Send + 'static>(
     .map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))
 }
 
-/// Runs `f` on a new thread named `name` at nice `nice` (`runtime::niced`); its
-/// result, or Err if it panicked.
+/// How a compile thread of its own ranks against the host's threads (`runtime::niced`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rank {
+    /// At this nice value: its share of a busy core, in whole scheduler ticks.
+    Nice(i32),
+    /// At idle priority: only what the core's other threads leave.
+    Idle,
+}
+
+/// Runs `f` on a new thread named `name` ranked `rank`; its result, or Err if it
+/// panicked.
 pub(super) async fn at_low_priority<T: Send + 'static>(
     name: &str,
-    nice: i32,
+    rank: Rank,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, RuntimeError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    niced_thread(name, nice, move || {
+    let job = move || {
         let _ = tx.send(f());
-    })
+    };
+    match rank {
+        Rank::Nice(nice) => niced_thread(name, nice, job),
+        Rank::Idle => idle_thread(name, job),
+    }
     .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
     rx.await.map_err(|_| RuntimeError::Compile("the compile thread panicked".into()))
 }
@@ -315,7 +322,7 @@ mod tests {
     #[tokio::test]
     async fn the_compile_thread_runs_niced_and_named_and_the_caller_does_not() {
         let before = own_nice();
-        let (inside, name) = at_low_priority("wasmop-looping", LOOP_NICE, || {
+        let (inside, name) = at_low_priority("wasmop-looping", Rank::Nice(LOOP_NICE), || {
             (own_nice(), std::thread::current().name().map(str::to_owned))
         })
         .await
@@ -357,7 +364,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_compile_is_an_error_not_a_crash() {
-        let e = at_low_priority("wasmop-looping", LOOP_NICE, || -> u8 { panic!("boom") }).await.unwrap_err();
+        let e =
+            at_low_priority("wasmop-looping", Rank::Nice(LOOP_NICE), || -> u8 { panic!("boom") }).await.unwrap_err();
         assert!(e.to_string().contains("panicked"), "{e}");
     }
 }

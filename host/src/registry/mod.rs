@@ -175,6 +175,9 @@ pub struct Registry {
     /// Code whose plugin is loading a newer version (its tier-up waits, see `compiling`).
     replacing: Arc<compiling::Replacing>,
     optimizing: Arc<tokio::sync::Semaphore>,
+    /// A reload's compile ahead, held until its thread ends, even one given up on
+    /// (see `ahead`).
+    ahead: Arc<tokio::sync::Semaphore>,
     events: broadcast::Sender<RegistryEvent>,
 }
 
@@ -188,6 +191,7 @@ impl Registry {
             looping: Arc::new(tokio::sync::Semaphore::new(1)),
             replacing: Default::default(),
             optimizing: Arc::new(tokio::sync::Semaphore::new(1)),
+            ahead: Arc::new(tokio::sync::Semaphore::new(1)),
             events: broadcast::channel(1024).0,
         })
     }

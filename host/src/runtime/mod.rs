@@ -51,8 +51,10 @@ use config::DESCRIBE_DEADLINE;
 pub use config::{ASIDE_NICE, Limits, RuntimeConfig};
 pub use error::{RuntimeError, TrapKind};
 #[cfg(test)]
+pub(crate) use niced::own_policy;
+#[cfg(test)]
 pub(crate) use niced::own_priority;
-pub(crate) use niced::{NicedRuntime, thread as niced_thread};
+pub(crate) use niced::{NicedRuntime, idle_thread, thread as niced_thread};
 pub use script::Format;
 use tiers::{Code, Tier};
 pub use tiers::{Compiled, Compiler};

@@ -7,6 +7,16 @@
 //! raising it back needs privileges the host does not have, so a niced thread serves
 //! only niced work and a pool thread is never niced.
 //!
+//! A thread can also run at idle priority (`SCHED_IDLE`, [`idle_thread`]): it runs only
+//! when nothing else on its core wants to, and a waking thread of the host preempts it
+//! at once. Why beside nice values: a CPU-bound thread at any nice value takes its share
+//! of a busy core in whole scheduler ticks, and a thread that wakes while over its own
+//! share waits for the tick: Poisson-arriving work at 53 % of a core, 105 µs per item,
+//! had p99 3.5 ms beside a nice-10 busy loop, 0.75 ms beside a nice-19 one and 0.55 ms
+//! beside an idle-priority one, as with nothing beside it (`scripts/poisson-beside.py`,
+//! BENCHMARKS.md, issue 23). The price: on a core others keep saturated an idle thread
+//! gets next to nothing, so only work that has a fallback runs there.
+//!
 //! Caveat: a process already at the nice value or above sees no difference.
 
 use std::future::Future;
@@ -21,6 +31,24 @@ pub(crate) fn thread<T: Send + 'static>(
 ) -> std::io::Result<JoinHandle<T>> {
     std::thread::Builder::new().name(name.into()).spawn(move || {
         lower_own_priority(nice);
+        f()
+    })
+}
+
+/// Runs `f` on a new thread named `name` at idle priority (`SCHED_IDLE`, see the module
+/// docs), or at nice 19 where the kernel refuses that.
+pub(crate) fn idle_thread<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<JoinHandle<T>> {
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        lower_own_priority(19);
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` outlives the call; pid 0 is the calling thread, and an
+        // unprivileged thread may always lower its own policy to SCHED_IDLE.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+            tracing::debug!("cannot run at idle priority: {}", std::io::Error::last_os_error());
+        }
         f()
     })
 }
@@ -60,6 +88,13 @@ pub(crate) fn lower_own_priority(nice: i32) {
     }
 }
 
+/// The calling thread's scheduling policy (`libc::SCHED_OTHER`, `SCHED_IDLE`, ...).
+#[cfg(test)]
+pub(crate) fn own_policy() -> i32 {
+    // SAFETY: no pointers; pid 0 is the calling thread.
+    unsafe { libc::sched_getscheduler(0) }
+}
+
 /// The calling thread's nice value.
 pub(crate) fn own_priority() -> i32 {
     // SAFETY: no pointers; the calling thread's own priority (see `lower_own_priority`).
@@ -92,6 +127,15 @@ mod tests {
             !std::path::Path::new(&task).exists()
         });
         assert!(gone, "the niced thread ends once its runtime is dropped");
+    }
+
+    #[test]
+    fn an_idle_thread_runs_at_idle_priority_and_returns_its_result() {
+        let t = idle_thread("wasmop-test", || (own_policy(), std::thread::current().name().map(str::to_owned)));
+        let (policy, name) = t.unwrap().join().unwrap();
+        assert_eq!(policy, libc::SCHED_IDLE);
+        assert_eq!(name.as_deref(), Some("wasmop-test"));
+        assert_eq!(own_policy(), libc::SCHED_OTHER, "the caller's policy is left alone");
     }
 
     #[test]
