@@ -30,14 +30,15 @@
 //! version by at most that. Caveat: a 1 MB plugin's compile (3.4 s of a core) needs a
 //! quarter of the core within [`AHEAD_TIME`], so on a core kept busier than about 75 %
 //! it may be given up on, more often than at nice 10, which also took a tenth of the
-//! core whenever others saturated it (through a reconcile burst, say). Idle priority was tried once before, on a day this machine ran
-//! reviews at 80 % of the core beside a reconcile burst: 3 of 6 reloads missed
-//! [`AHEAD_TIME`], and as the compile given up on kept the tier-up turn, each version
-//! served baseline code (reviews seconds behind) until that compile ended. Now it lets
-//! the turn go; the miss itself is the caveat above. Dropped for good: a yield before each
-//! function (since Linux 6.6 a yield forfeits the rest of a time slice), the kernel's
-//! longest time slice, and a sleep after each millisecond of the compile's CPU
-//! (BENCHMARKS.md).
+//! core whenever others saturated it (through a reconcile burst, say).
+//!
+//! Idle priority was tried once before, on a day this machine ran reviews at 80 % of
+//! the core beside a reconcile burst: 3 of 6 reloads missed [`AHEAD_TIME`], and as the
+//! compile given up on kept the tier-up turn, each version served baseline code
+//! (reviews seconds behind) until that compile ended. Now it lets the turn go; the miss
+//! itself is the caveat above. Dropped for good: a yield before each function (since
+//! Linux 6.6 a yield forfeits the rest of a time slice), the kernel's longest time
+//! slice, and a sleep after each millisecond of the compile's CPU (BENCHMARKS.md).
 //!
 //! Caveat: a thread that needs a lock the idle thread holds (an allocator arena they
 //! share) waits until the idle thread runs again: at once when the waiter was the
