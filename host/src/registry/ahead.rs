@@ -88,7 +88,7 @@ impl Registry {
     ) -> Result<Option<Compiled>, RuntimeError> {
         let sha256 = hex::encode(digest);
         let Ok(running) = self.ahead.clone().try_acquire_owned() else {
-            tracing::info!(sha256, "an earlier reload's optimized compile still runs: loading baseline code first");
+            tracing::info!(sha256 = %sha256, "an earlier reload's optimized compile still runs: loading baseline code first");
             return Ok(None);
         };
         let started = Instant::now();
@@ -116,7 +116,7 @@ impl Registry {
                 // holds one would keep the trim waiting.
                 let _ = tokio::task::spawn_blocking(crate::trim::release).await;
                 tracing::info!(
-                    sha256,
+                    sha256 = %sha256,
                     ms = started.elapsed().as_millis() as u64,
                     ahead = true,
                     "plugin code optimized"
@@ -126,7 +126,7 @@ impl Registry {
             Ok(Err(e)) => Err(e),
             Err(_) => {
                 tracing::warn!(
-                    sha256,
+                    sha256 = %sha256,
                     "optimized compile of a reload not done within {AHEAD_TIME:?}: loading baseline code first"
                 );
                 Ok(None)
