@@ -11,10 +11,8 @@
 //! when nothing else on its core wants to, and a waking thread of the host preempts it
 //! at once. Why beside nice values: a CPU-bound thread at any nice value takes its share
 //! of a busy core in whole scheduler ticks, and a thread that wakes while over its own
-//! share waits for the tick: Poisson-arriving work at 53 % of a core, 105 µs per item,
-//! had p99 3.5 ms beside a nice-10 busy loop, 0.75 ms beside a nice-19 one and 0.55 ms
-//! beside an idle-priority one, as with nothing beside it (`scripts/poisson-beside.py`,
-//! BENCHMARKS.md, issue 23). The price: on a core others keep saturated an idle thread
+//! share waits for the tick (the figures are in `registry::ahead`, its one user, and
+//! BENCHMARKS.md, issue 23: `scripts/poisson-beside.py`). The price: on a core others keep saturated an idle thread
 //! gets next to nothing, so only work that has a fallback runs there.
 //!
 //! Caveat: a process already at the nice value or above sees no difference.
