@@ -174,6 +174,7 @@ bench-smoke:
 	scripts/bench-selectors.py 2 1 2
 	scripts/bench-rollout.py --quick
 	scripts/bench-scripts.py 3 2
+	cargo run -q -p wasmop --example review_cost -- $(WASM_OUT)/sidecarset.wasm $(WASM_OUT)/sidecarset.wasm 20
 
 clean: demo-down
 	cargo clean

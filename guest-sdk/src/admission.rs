@@ -63,10 +63,12 @@ pub struct UserInfo {
     pub groups: Vec<String>,
 }
 
-/// AdmissionReview v1 `request`, with the objects as JSON.
+/// AdmissionReview v1 `request`, with the objects as `O`: JSON trees by default, or
+/// the type a handler reads (see [`Webhooks::review_text`]), as kube-rs's
+/// `AdmissionRequest<T>` and controller-runtime's decoder give them.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Request {
+#[serde(rename_all = "camelCase", bound(serialize = "O: Serialize", deserialize = "O: Deserialize<'de>"))]
+pub struct Request<O = serde_json::Value> {
     #[serde(default)]
     pub uid: String,
     /// The kind the handler was registered for (the object is in this version).
@@ -84,16 +86,46 @@ pub struct Request {
     #[serde(default)]
     pub user_info: UserInfo,
     /// The object as it would be stored (None on DELETE).
-    #[serde(default)]
-    pub object: Option<serde_json::Value>,
+    #[serde(default = "none")]
+    pub object: Option<O>,
     /// The stored object (UPDATE and DELETE).
-    #[serde(default)]
-    pub old_object: Option<serde_json::Value>,
+    #[serde(default = "none")]
+    pub old_object: Option<O>,
     #[serde(default)]
     pub dry_run: bool,
 }
 
+// Not `#[serde(default)]`: that would ask `O: Default` of every object type.
+fn none<O>() -> Option<O> {
+    None
+}
+
+impl<O: serde::de::DeserializeOwned> Request<O> {
+    /// A request from the JSON text the host hands a plugin, its objects parsed
+    /// straight into `O`.
+    pub fn from_text(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| format!("host sent a bad AdmissionRequest: {e}"))
+    }
+}
+
 impl Request {
+    /// This request with its objects as `T`: for a handler written against
+    /// `Request<T>` when it is given a whole request (by [`Webhooks::review`], or a test).
+    pub fn typed<T: serde::de::DeserializeOwned>(&self) -> Result<Request<T>, serde_json::Error> {
+        Ok(Request {
+            uid: self.uid.clone(),
+            kind: self.kind.clone(),
+            request_kind: self.request_kind.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            operation: self.operation,
+            user_info: self.user_info.clone(),
+            object: self.object_as()?,
+            old_object: self.old_object_as()?,
+            dry_run: self.dry_run,
+        })
+    }
+
     /// `object` as `T`.
     pub fn object_as<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, serde_json::Error> {
         self.object.as_ref().map(T::deserialize).transpose()
@@ -233,6 +265,31 @@ pub trait Webhooks {
 
     /// Answers one review for the handler named `handler`.
     fn review(ctx: &Context<'_>, handler: &str, settings: &str, request: &Request) -> Response;
+
+    /// Answers one review given as the JSON text the host sends (AdmissionReview v1
+    /// `request`); an `Err` is a request this SDK cannot read, which the host denies.
+    /// The default parses the whole request, its objects as JSON trees, and calls
+    /// [`Webhooks::review`] ([`review_whole`]).
+    ///
+    /// Why override it: on a busy handler, most of a review's cost can be building the
+    /// tree of an object the handler reads a few fields of, and dropping it again (a
+    /// Pod with its managedFields, for a sidecar injector: BENCHMARKS.md, issue 23).
+    /// Parse `Request::<T>::from_text(request)` with `T` naming only those fields, and
+    /// serde skips the rest without building anything.
+    fn review_text(ctx: &Context<'_>, handler: &str, settings: &str, request: &str) -> Result<Response, String> {
+        review_whole::<Self>(ctx, handler, settings, request)
+    }
+}
+
+/// What [`Webhooks::review_text`] does unless overridden: for an override to fall back
+/// on for the handlers it does not specialise.
+pub fn review_whole<W: Webhooks + ?Sized>(
+    ctx: &Context<'_>,
+    handler: &str,
+    settings: &str,
+    request: &str,
+) -> Result<Response, String> {
+    Ok(W::review(ctx, handler, settings, &Request::from_text(request)?))
 }
 
 /// For plugins without webhooks.
@@ -259,6 +316,35 @@ mod tests {
         for p in ["", "/a", "/a/b~1c/1/d~0e", "/a/b~1c/0", "/a/", "/f/1", "/f/01", "/f/+1", "/f/2", "/x", "a", "/f/x"] {
             assert_eq!(pointer(&v, p), v.pointer(p), "{p}");
         }
+    }
+
+    /// A handler typed for its objects sees the request it would see whole: every field
+    /// carried over by `typed`, and `from_text` reading what the host sends.
+    #[test]
+    fn typed_requests_carry_every_field() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Named {
+            metadata: serde_json::Map<String, serde_json::Value>,
+        }
+        let text = json!({"uid": "u", "kind": {"version": "v1", "kind": "Pod"},
+            "requestKind": {"group": "g", "version": "v2", "kind": "K"}, "name": "n", "namespace": "ns",
+            "operation": "UPDATE", "userInfo": {"username": "me", "groups": ["a"]}, "dryRun": true,
+            "object": {"metadata": {"name": "new"}, "spec": {"big": [1, 2, 3]}}, "oldObject": {"metadata": {"name": "old"}}})
+        .to_string();
+        let whole = Request::<serde_json::Value>::from_text(&text).unwrap();
+        let typed = Request::<Named>::from_text(&text).unwrap();
+        let strip = |v: serde_json::Value| json!({"metadata": v["metadata"]});
+        let expected = json!({"object": strip(whole.object.clone().unwrap()), "oldObject": strip(whole.old_object.clone().unwrap())});
+        let mut want = serde_json::to_value(&whole).unwrap();
+        want.as_object_mut().unwrap().extend(expected.as_object().unwrap().clone());
+        assert_eq!(serde_json::to_value(&typed).unwrap(), want, "parsed from text");
+        assert_eq!(
+            serde_json::to_value(whole.typed::<Named>().unwrap()).unwrap(),
+            want,
+            "converted from a whole request"
+        );
+        let e = Request::<Named>::from_text(r#"{"operation": "CREATE", "object": {"spec": {}}}"#).unwrap_err();
+        assert!(e.contains("bad AdmissionRequest") && e.contains("metadata"), "{e}");
     }
 
     #[test]

@@ -243,9 +243,7 @@ pub fn handlers<W: crate::Webhooks>(settings: &str) -> Vec<WitHandler> {
 
 #[doc(hidden)]
 pub fn review<W: crate::Webhooks>(handler: &str, settings: &str, request: &str) -> Result<String, String> {
-    let request: crate::AdmissionRequest =
-        serde_json::from_str(request).map_err(|e| format!("host sent a bad AdmissionRequest: {e}"))?;
     let ctx = Context::new(&HostCluster);
-    let response = W::review(&ctx, handler, settings, &request);
+    let response = W::review_text(&ctx, handler, settings, request)?;
     serde_json::to_string(&response).map_err(|e| e.to_string())
 }

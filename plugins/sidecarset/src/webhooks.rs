@@ -5,6 +5,8 @@ use crate::inject::inject;
 use crate::scope;
 use crate::types::SidecarSet;
 use k8s_openapi::api::core::v1::Namespace;
+use serde::Deserialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use wasmop_sdk::{
     AdmissionRequest, AdmissionResponse, ClusterExt, Context, Handler, KindRef, ListParams, Operation, Webhooks,
@@ -35,9 +37,26 @@ impl Webhooks for SidecarSetWebhooks {
         match handler {
             DEFAULT => default_review(req),
             VALIDATE => validate_review(ctx, req, settings),
-            INJECT => inject_review(ctx, req, settings),
+            INJECT => match req.typed::<PodParts>() {
+                Ok(req) => inject_review(ctx, req, settings),
+                Err(e) => AdmissionResponse::invalid(format!("not a Pod: {e}")),
+            },
             other => AdmissionResponse::deny(format!("unknown handler {other:?}")),
         }
+    }
+
+    /// Every new Pod in a selected namespace comes here: its object is parsed into the
+    /// few fields injection reads ([`PodParts`]), not into a tree of the whole Pod.
+    fn review_text(
+        ctx: &Context<'_>,
+        handler: &str,
+        settings: &str,
+        request: &str,
+    ) -> Result<AdmissionResponse, String> {
+        if handler != INJECT {
+            return wasmop_sdk::admission::review_whole::<Self>(ctx, handler, settings, request);
+        }
+        Ok(inject_review(ctx, AdmissionRequest::<PodParts>::from_text(request)?, settings))
     }
 }
 
@@ -117,8 +136,9 @@ pub fn namespace_labels(ctx: &Context<'_>, ns: &str) -> Result<BTreeMap<String, 
     Ok(ctx.get_opt::<Namespace>(None, ns)?.and_then(|n| n.metadata.labels).unwrap_or_default())
 }
 
-fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest, settings: &str) -> AdmissionResponse {
-    let Some(object) = &req.object else { return AdmissionResponse::allow() };
+fn inject_review(ctx: &Context<'_>, req: AdmissionRequest<PodParts>, settings: &str) -> AdmissionResponse {
+    let Some(object) = req.object else { return AdmissionResponse::allow() };
+    let (mut pod, pod_labels) = object.into_value();
     let ns = req.namespace.clone().unwrap_or_default();
     // Every new Pod reads the same few SidecarSets: parsed once per change, not per Pod.
     let all = match ctx.list_shared::<SidecarSet>(&ListParams::default()) {
@@ -135,7 +155,7 @@ fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest, settings: &str) -> A
     } else {
         BTreeMap::new()
     };
-    let labels: BTreeMap<String, String> = object["metadata"]["labels"]
+    let labels: BTreeMap<String, String> = pod_labels
         .as_object()
         .into_iter()
         .flatten()
@@ -161,24 +181,79 @@ fn inject_review(ctx: &Context<'_>, req: &AdmissionRequest, settings: &str) -> A
     sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     // Only what injection writes goes back: no whole Pod to serialise here and to diff
     // in the host, on the path every new Pod takes.
-    let mut pod = injected_parts(object);
-    match inject(&mut pod, &object["metadata"]["labels"], &sets) {
+    match inject(&mut pod, &pod_labels, &sets) {
         Ok(true) => AdmissionResponse::patch_fields(&pod, &INJECTED_FIELDS),
         Ok(false) => AdmissionResponse::allow(),
         Err(e) => AdmissionResponse::deny(e),
     }
 }
 
-/// The fields of `pod` that injection reads and writes ([`INJECTED_FIELDS`]), copied
-/// into an otherwise empty Pod: the rest of a real Pod (affinity, tolerations, status,
-/// labels...) is neither copied nor sent back.
-fn injected_parts(pod: &serde_json::Value) -> serde_json::Value {
-    let mut parts = serde_json::json!({"metadata": {}, "spec": {}});
-    for field in INJECTED_FIELDS {
-        let Some((parent, key)) = field[1..].split_once('/') else { continue };
-        if let Some(v) = pod[parent].get(key) {
-            parts[parent][key] = v.clone();
-        }
+/// The fields of a Pod that injection reads and writes ([`INJECTED_FIELDS`]), and its
+/// labels: all the `inject-pod` handler parses of a Pod. The rest of a real one
+/// (managedFields, tolerations, status...) is skipped by the parser, neither built nor
+/// sent back.
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PodParts {
+    #[serde(default)]
+    metadata: PartsMeta,
+    #[serde(default)]
+    spec: PartsSpec,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct PartsMeta {
+    labels: Option<Value>,
+    annotations: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PartsSpec {
+    containers: Option<Value>,
+    init_containers: Option<Value>,
+    volumes: Option<Value>,
+    image_pull_secrets: Option<Value>,
+}
+
+impl PodParts {
+    /// The parts as a Pod of only those fields, the form `inject` reads and writes,
+    /// and the labels apart.
+    fn into_value(self) -> (Value, Value) {
+        let (m, s) = (self.metadata, self.spec);
+        let present = |pairs: Vec<(&str, Option<Value>)>| -> serde_json::Map<String, Value> {
+            pairs.into_iter().filter_map(|(k, v)| Some((k.to_owned(), v?))).collect()
+        };
+        let meta = present(vec![("annotations", m.annotations)]);
+        let spec = present(vec![
+            ("containers", s.containers),
+            ("initContainers", s.init_containers),
+            ("volumes", s.volumes),
+            ("imagePullSecrets", s.image_pull_secrets),
+        ]);
+        (serde_json::json!({"metadata": meta, "spec": spec}), m.labels.unwrap_or_default())
     }
-    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `PodParts` names each field of `INJECTED_FIELDS`: one it missed would be dropped
+    /// from every Pod's patch, as if the Pod never had it.
+    #[test]
+    fn pod_parts_keep_every_injected_field_and_skip_the_rest() {
+        let mut pod = serde_json::json!({"metadata": {"labels": {"app": "web"}, "managedFields": [{"manager": "m"}]},
+            "spec": {"tolerations": [{"key": "k"}]}, "status": {}});
+        for (i, field) in INJECTED_FIELDS.iter().enumerate() {
+            let (parent, key) = field[1..].split_once('/').unwrap();
+            pod[parent][key] = serde_json::json!([i]);
+        }
+        let (parts, labels) = serde_json::from_value::<PodParts>(pod.clone()).unwrap().into_value();
+        assert_eq!(labels, pod["metadata"]["labels"]);
+        for field in INJECTED_FIELDS {
+            assert_eq!(parts.pointer(field), pod.pointer(field), "{field}");
+        }
+        let kept = |p: &str| parts[p].as_object().unwrap().len();
+        assert_eq!(kept("metadata") + kept("spec"), INJECTED_FIELDS.len(), "nothing else: {parts}");
+    }
 }

@@ -26,7 +26,9 @@ fn review(
         old_object: old,
         ..Default::default()
     };
-    SidecarSetWebhooks::review(&Context::new(fake), handler, ADMIN_ALLOWS_ANY_ANNOTATION, &req)
+    // As the host hands it over: JSON text (`inject-pod` parses only the Pod's parts).
+    let text = serde_json::to_string(&req).unwrap();
+    SidecarSetWebhooks::review_text(&Context::new(fake), handler, ADMIN_ALLOWS_ANY_ANNOTATION, &text).unwrap()
 }
 
 /// Settings under which any annotation may be patched (the other tests are not about
