@@ -2,8 +2,8 @@
 //! review `scripts/bench-admission.py` sends (`pod-review.json`), answered by each
 //! SidecarSet plugin build given, in process, with its SidecarSet on an in-memory
 //! cluster (defaulted by the build's own webhook first, as in the benchmark). Prints
-//! the median time per review of each build, the second's over the first's, and the
-//! answer's size.
+//! the median time per review of each build, the second's over the first's, the
+//! answer's size, and whether both answers make the same Pod.
 //!
 //! Why: on a shared VM the benchmark's CPU per review moves by ±40 % between runs a
 //! minute apart (BENCHMARKS.md, issue 23), more than a plugin change moves it. Here
@@ -31,7 +31,8 @@ struct Build {
     compiled: Compiled,
     gateway: Gateway,
     times: Vec<Duration>,
-    answer: String,
+    answer: serde_json::Value,
+    size: usize,
 }
 
 fn main() {
@@ -66,7 +67,14 @@ fn main() {
             let mem = Arc::new(MemoryBackend::default());
             let backend: Arc<dyn Backend> = mem.clone();
             let gateway = Gateway::new("sidecarset", Arc::new(Permissions::from_manifest(&manifest)), backend);
-            let b = Build { name: plugin.to_string(), compiled, gateway, times: Vec::new(), answer: String::new() };
+            let b = Build {
+                name: plugin.to_string(),
+                compiled,
+                gateway,
+                times: Vec::new(),
+                answer: serde_json::Value::Null,
+                size: 0,
+            };
             // bench-admission.py's SidecarSet, through the plugin's defaulting webhook.
             let defaulted = review(&b, "default-sidecarset", &defaulting_request().to_string());
             mem.fake().seed(defaulted["object"].clone()).expect("seed the defaulted SidecarSet");
@@ -74,13 +82,16 @@ fn main() {
         })
         .collect();
 
-    let request = serde_json::from_str::<serde_json::Value>(POD_REVIEW).unwrap()["request"].to_string();
+    let request = serde_json::from_str::<serde_json::Value>(POD_REVIEW).unwrap()["request"].clone();
+    let pod = request["object"].clone();
+    let request = request.to_string();
     let once = |b: &mut Build| {
         let t = Instant::now();
         let answer = review(b, "inject-pod", &request);
         b.times.push(t.elapsed());
         assert!(answer["allowed"] == true && answer["patch"].is_string(), "sidecars injected: {answer}");
-        b.answer = answer.to_string();
+        b.size = answer.to_string().len();
+        b.answer = answer;
     };
     // Warm, then the builds in turns of BATCH reviews: each sees the machine as the
     // other does, a second apart at most.
@@ -104,11 +115,20 @@ fn main() {
             b.name,
             b.times.len(),
             b.times[0].as_secs_f64() * 1e6,
-            b.answer.len()
+            b.size
         );
     }
     if let [a, b] = medians[..] {
-        let same = if builds[0].answer == builds[1].answer { "the same answer" } else { "DIFFERENT answers" };
+        // Two patches may differ and still make the same Pod.
+        let applied = |b: &Build| {
+            use base64::Engine as _;
+            let patch = base64::engine::general_purpose::STANDARD.decode(b.answer["patch"].as_str().unwrap()).unwrap();
+            let mut out = pod.clone();
+            let ops: json_patch::Patch = serde_json::from_slice(&patch).expect("a JSONPatch");
+            json_patch::patch(&mut out, &ops).expect("applies");
+            out
+        };
+        let same = if applied(&builds[0]) == applied(&builds[1]) { "the same Pod" } else { "DIFFERENT Pods" };
         println!("second / first: {:.3}; {same}", b / a);
     }
 }

@@ -115,12 +115,12 @@ fn annotation_map(pod: &Value, key: &str) -> BTreeMap<String, Value> {
 
 /// Injects every SidecarSet in `sets` (the ones that select this Pod, not paused, in
 /// name order) into `pod`, whose labels are `labels` (`pod` may hold only the parts
-/// injection changes). Returns false when nothing was to be injected, and an error
-/// when a set's patchPodMetadata cannot apply to this Pod (the Pod is then refused, as
-/// by Kruise).
-pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<bool, String> {
+/// injection changes). Returns the fields it changed, of [`FIELDS`] (none: nothing was
+/// to be injected), and an error when a set's patchPodMetadata cannot apply to this Pod
+/// (the Pod is then refused, as by Kruise).
+pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<Vec<&'static str>, String> {
     if sets.is_empty() {
-        return Ok(false);
+        return Ok(Vec::new());
     }
     // Every set's sidecars are built while the Pod is as it came (transferEnv and
     // shared mounts read its containers and metadata).
@@ -141,7 +141,9 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
     let (mut secrets, had_secrets) = take_spec(pod, "imagePullSecrets");
     // As Kruise's mergeSidecarSecrets: each name once, the Pod's own duplicates too.
     let mut seen = BTreeSet::new();
+    let (own_volumes, own_secrets) = (volumes.len(), secrets.len());
     secrets.retain(|s| seen.insert(s["name"].to_string()));
+    let mut secrets_changed = secrets.len() != own_secrets;
     let mut hash = annotation_map(pod, HASH);
     let mut hash_wo = annotation_map(pod, HASH_WITHOUT_IMAGE);
     // Sorted, as Kruise writes it.
@@ -193,6 +195,7 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
             let v = serde_json::to_value(s).unwrap_or_default();
             if !secrets.contains(&v) {
                 secrets.push(v);
+                secrets_changed = true;
             }
         }
         crate::hot::annotate(&mut annotations, ss);
@@ -209,6 +212,9 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
         injected.insert(name);
     }
     all_is.sort_by(|a, b| a.1["name"].as_str().cmp(&b.1["name"].as_str()));
+    // Volumes are only ever added; the annotations always (the sets' hashes).
+    let changed = [true, !all_cs.is_empty(), !all_is.is_empty(), volumes.len() != own_volumes, secrets_changed];
+    let changed = FIELDS.into_iter().zip(changed).filter_map(|(f, c)| c.then_some(f)).collect();
     let containers = place(containers, all_cs);
     let inits = place(inits, all_is);
     annotations.insert(HASH.into(), json!(serde_json::to_string(&hash).unwrap_or_default()));
@@ -226,8 +232,13 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<b
             pod["spec"][key] = Value::Array(list);
         }
     }
-    Ok(true)
+    Ok(changed)
 }
+
+/// Every field [`inject`] may write, as JSON pointers (and, with the Pod's labels, all
+/// it reads): annotations, containers, init containers, volumes, image pull secrets.
+pub const FIELDS: [&str; 5] =
+    ["/metadata/annotations", "/spec/containers", "/spec/initContainers", "/spec/volumes", "/spec/imagePullSecrets"];
 
 /// The hash this Pod carries for SidecarSet `name` (from `key`, HASH or HASH_WITHOUT_IMAGE).
 pub fn pod_hash(pod: &Value, key: &str, name: &str) -> Option<String> {

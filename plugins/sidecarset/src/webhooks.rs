@@ -16,10 +16,6 @@ pub const DEFAULT: &str = "default-sidecarset";
 pub const VALIDATE: &str = "validate-sidecarset";
 pub const INJECT: &str = "inject-pod";
 
-/// Every field [`inject`] may write (and, with the Pod's containers, all it reads).
-const INJECTED_FIELDS: [&str; 5] =
-    ["/metadata/annotations", "/spec/containers", "/spec/initContainers", "/spec/volumes", "/spec/imagePullSecrets"];
-
 pub struct SidecarSetWebhooks;
 
 impl Webhooks for SidecarSetWebhooks {
@@ -179,16 +175,16 @@ fn inject_review(ctx: &Context<'_>, req: AdmissionRequest<PodParts>, settings: &
         sets.into_iter().map(|s| pinned.iter().find(|p| p.metadata.name == s.metadata.name).unwrap_or(s)).collect();
     crate::canary::replace_bases(&mut sets);
     sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    // Only what injection writes goes back: no whole Pod to serialise here and to diff
+    // Only what injection changed goes back: no whole Pod to serialise here and to diff
     // in the host, on the path every new Pod takes.
     match inject(&mut pod, &pod_labels, &sets) {
-        Ok(true) => AdmissionResponse::patch_fields(&pod, &INJECTED_FIELDS),
-        Ok(false) => AdmissionResponse::allow(),
+        Ok(changed) if changed.is_empty() => AdmissionResponse::allow(),
+        Ok(changed) => AdmissionResponse::patch_fields(&pod, &changed),
         Err(e) => AdmissionResponse::deny(e),
     }
 }
 
-/// The fields of a Pod that injection reads and writes ([`INJECTED_FIELDS`]), and its
+/// The fields of a Pod that injection reads and writes ([`crate::inject::FIELDS`]), and its
 /// labels: all the `inject-pod` handler parses of a Pod. The rest of a real one
 /// (managedFields, tolerations, status...) is skipped by the parser, neither built nor
 /// sent back.
@@ -237,9 +233,10 @@ impl PodParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inject::FIELDS as INJECTED_FIELDS;
 
-    /// `PodParts` names each field of `INJECTED_FIELDS`: one it missed would be dropped
-    /// from every Pod's patch, as if the Pod never had it.
+    /// `PodParts` names each of `inject::FIELDS`: one it missed would be dropped from
+    /// every Pod's patch, as if the Pod never had it.
     #[test]
     fn pod_parts_keep_every_injected_field_and_skip_the_rest() {
         let mut pod = serde_json::json!({"metadata": {"labels": {"app": "web"}, "managedFields": [{"manager": "m"}]},

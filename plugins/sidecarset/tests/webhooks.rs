@@ -108,6 +108,35 @@ fn injects_before_and_after_the_app_with_everything_it_needs() {
     assert!(r.allowed && r.patch.is_none() && r.object.is_none(), "a Pod the selector does not match is untouched");
 }
 
+/// The JSONPatch's paths: what the apiserver is asked to replace.
+fn patched(r: &AdmissionResponse) -> Vec<String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(r.patch.as_ref().expect("a patch")).unwrap();
+    let ops: Vec<Value> = serde_json::from_slice(&bytes).unwrap();
+    ops.iter().map(|o| o["path"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn the_patch_replaces_only_the_fields_injection_changed() {
+    let fake = FakeCluster::new();
+    store(&fake, sidecarset("s", two_sidecars()));
+    // The set adds a volume (`logs`), and its pull secret is one the Pod has already.
+    let original = pod(json!({"app": "web"}));
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), original.clone(), None);
+    assert_eq!(patched(&r), ["/metadata/annotations", "/spec/containers", "/spec/volumes"]);
+    // No new volume: the Pod's own volumes are not sent back.
+    let mut has_logs = original.clone();
+    has_logs["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "logs", "emptyDir": {}}));
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), has_logs.clone(), None);
+    assert_eq!(patched(&r), ["/metadata/annotations", "/spec/containers"]);
+    assert_eq!(r.apply(&has_logs).unwrap()["spec"]["volumes"], has_logs["spec"]["volumes"]);
+    // A duplicate pull secret dropped is a change, even when nothing is added.
+    let mut twice = has_logs.clone();
+    twice["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}, {"name": "regcred"}]);
+    let r = review(&fake, INJECT, Operation::Create, Some("default"), twice, None);
+    assert_eq!(patched(&r), ["/metadata/annotations", "/spec/containers", "/spec/imagePullSecrets"]);
+}
+
 #[test]
 fn sidecars_of_several_sets_are_merged_as_kruise_does() {
     // Kruise merges every matching set's sidecars in one pass: the sets' before-app
