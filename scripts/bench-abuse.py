@@ -33,9 +33,9 @@ runs (`make bench-smoke`), no figure. Exits 1 if the host died. When the host's 
 --help` has the memory budget flags they get ABUSE_BUDGET_MIB and ABUSE_SHARE_PERCENT
 (default 640 and 25, the host's defaults: 384 MiB of the 1 GiB is left to its own
 heap). WASMOP_BENCH_HOST=PATH: measure that host binary. ABUSE_CYCLES=N: N rounds of
-alone and under attack, each attack phase judged against the alone phases either side. ABUSE_PERF=DIR: a CPU profile of
-the host in each closed-loop run (see `profiled`); the table of CPU per host thread is
-printed always."""
+alone and under attack, each attack phase judged against the alone phases either side.
+ABUSE_PERF=DIR: a CPU profile of the host in each closed-loop run (see `profiled`); the
+table of CPU per host thread is printed always."""
 
 import contextlib, gzip, importlib, os, signal, socket, ssl, shutil, statistics, subprocess, sys, tempfile, threading, time, urllib.request
 
@@ -118,6 +118,13 @@ def settle(pid, limit=90):
         if cpu_seconds(pid) - before < 0.05:
             return
     print(f"the host was still busy after {limit} s; measuring anyway", file=sys.stderr)
+
+
+def drain(pid):
+    """Between an attack and the next alone phase: the last holds and bodies drain,
+    then the host settles."""
+    time.sleep(2 if QUICK else 5)
+    settle(pid, 10 if QUICK else 90)
 
 
 def series(metrics):
@@ -327,8 +334,7 @@ def main():
             settle(host.pid, 10 if QUICK else 90)
             for n in range(CYCLES):
                 if n:
-                    time.sleep(5)  # the last holds and bodies drain
-                    settle(host.pid, 90)
+                    drain(host.pid)
                 suffix = f" {n + 1}" if CYCLES > 1 else ""
                 rows.append(phase("alone" + suffix, watch, load))
                 rows.append(under_attack(watch, load, host, attack_bin, port, ca, base, suffix))
@@ -336,8 +342,7 @@ def main():
                 if host.poll() is not None:
                     break
             if host.poll() is None:
-                time.sleep(2 if QUICK else 5)  # the last holds and bodies drain
-                settle(host.pid, 10 if QUICK else 90)
+                drain(host.pid)
                 rows.append(phase("after", watch, load))
             hwm = vm(host.pid, "VmHWM")
             # What the churn cost the host: versions loaded and Cranelift tier-ups.
@@ -456,9 +461,9 @@ def report(rows, peaks, threads, attacks, alive, oom, failcnt, cg_max, hwm):
         ratios = [r["rps"] * 2 / (rows[i - 1]["rps"] + rows[i + 1]["rps"])
                   for i, r in enumerate(rows) if r["name"].startswith("under ") and i + 1 < len(rows)]
         p99s = [r["p99"] for r in rows if r["name"].startswith("under ")]
+        median = statistics.median(ratios) if ratios else float("nan")
         print(f"under attack, each against the alone phases either side: {', '.join(f'{x:.0%}' for x in ratios)}; "
-              f"median {statistics.median(ratios) if ratios else float('nan'):.0%} (goal ≥ 90 %); p99 {', '.join(f'{x:.2f}' for x in p99s)} ms "
-              "(goal < 10 ms)")
+              f"median {median:.0%} (goal ≥ 90 %); p99 {', '.join(f'{x:.2f}' for x in p99s)} ms (goal < 10 ms)")
         return
     alone = next((r for r in rows if r["name"] == "alone"), None)
     hit = next((r for r in rows if r["name"].startswith("under ")), None)

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmop::gateway::{Backend, Gateway, MemoryBackend, Permissions};
 use wasmop::runtime::{Compiled, Compiler, Limits, Runtime, RuntimeConfig};
+use wasmop_sdk::AdmissionResponse;
 
 const POD_REVIEW: &str = include_str!("pod-review.json");
 
@@ -31,8 +32,8 @@ struct Build {
     compiled: Compiled,
     gateway: Gateway,
     times: Vec<Duration>,
-    answer: serde_json::Value,
-    size: usize,
+    /// The last answer, as the SDK reads it.
+    answer: AdmissionResponse,
 }
 
 fn main() {
@@ -72,8 +73,7 @@ fn main() {
                 compiled,
                 gateway,
                 times: Vec::new(),
-                answer: serde_json::Value::Null,
-                size: 0,
+                answer: AdmissionResponse::default(),
             };
             // bench-admission.py's SidecarSet, through the plugin's defaulting webhook.
             let defaulted = review(&b, "default-sidecarset", &defaulting_request().to_string());
@@ -89,9 +89,7 @@ fn main() {
         let t = Instant::now();
         let answer = review(b, "inject-pod", &request);
         b.times.push(t.elapsed());
-        assert!(answer["allowed"] == true && answer["patch"].is_string(), "sidecars injected: {answer}");
-        b.size = answer.to_string().len();
-        b.answer = answer;
+        b.answer = serde_json::from_value(answer).expect("an AdmissionResponse");
     };
     // Warm, then the builds in turns of BATCH reviews: each sees the machine as the
     // other does, a second apart at most.
@@ -109,25 +107,21 @@ fn main() {
         b.times[b.times.len() / 2].as_secs_f64() * 1e6
     };
     let medians: Vec<f64> = builds.iter_mut().map(median).collect();
+    for b in &builds {
+        assert!(b.answer.allowed && b.answer.patch.is_some(), "{}: sidecars injected: {:?}", b.name, b.answer);
+    }
     for (b, m) in builds.iter().zip(&medians) {
         println!(
             "{}: {m:.1} µs per inject-pod review (median of {}; min {:.1} µs), answer {} bytes",
             b.name,
             b.times.len(),
             b.times[0].as_secs_f64() * 1e6,
-            b.size
+            serde_json::to_string(&b.answer).unwrap().len()
         );
     }
     if let [a, b] = medians[..] {
         // Two patches may differ and still make the same Pod.
-        let applied = |b: &Build| {
-            use base64::Engine as _;
-            let patch = base64::engine::general_purpose::STANDARD.decode(b.answer["patch"].as_str().unwrap()).unwrap();
-            let mut out = pod.clone();
-            let ops: json_patch::Patch = serde_json::from_slice(&patch).expect("a JSONPatch");
-            json_patch::patch(&mut out, &ops).expect("applies");
-            out
-        };
+        let applied = |b: &Build| b.answer.apply(&pod).unwrap_or_else(|e| panic!("{}: {e}", b.name));
         let same = if applied(&builds[0]) == applied(&builds[1]) { "the same Pod" } else { "DIFFERENT Pods" };
         println!("second / first: {:.3}; {same}", b / a);
     }

@@ -12,8 +12,9 @@
 //! at once. Why beside nice values: a CPU-bound thread at any nice value takes its share
 //! of a busy core in whole scheduler ticks, and a thread that wakes while over its own
 //! share waits for the tick (the figures are in `registry::ahead`, its one user, and
-//! BENCHMARKS.md, issue 23: `scripts/poisson-beside.py`). The price: on a core others keep saturated an idle thread
-//! gets next to nothing, so only work that has a fallback runs there.
+//! BENCHMARKS.md, issue 23: `scripts/poisson-beside.py`). The price: on a core others
+//! keep saturated an idle thread gets next to nothing, so only work that has a fallback
+//! runs there.
 //!
 //! Caveat: a process already at the nice value or above sees no difference.
 

@@ -212,7 +212,8 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<V
         injected.insert(name);
     }
     all_is.sort_by(|a, b| a.1["name"].as_str().cmp(&b.1["name"].as_str()));
-    // Volumes are only ever added; the annotations always (the sets' hashes).
+    // In FIELDS' order. Volumes are only ever added; the annotations always change (the
+    // sets' hashes).
     let changed = [true, !all_cs.is_empty(), !all_is.is_empty(), volumes.len() != own_volumes, secrets_changed];
     let changed = FIELDS.into_iter().zip(changed).filter_map(|(f, c)| c.then_some(f)).collect();
     let containers = place(containers, all_cs);

@@ -135,7 +135,7 @@ pub fn namespace_labels(ctx: &Context<'_>, ns: &str) -> Result<BTreeMap<String, 
 fn inject_review(ctx: &Context<'_>, req: AdmissionRequest<PodParts>, settings: &str) -> AdmissionResponse {
     let Some(object) = req.object else { return AdmissionResponse::allow() };
     let (mut pod, pod_labels) = object.into_value();
-    let ns = req.namespace.clone().unwrap_or_default();
+    let ns = req.namespace.unwrap_or_default();
     // Every new Pod reads the same few SidecarSets: parsed once per change, not per Pod.
     let all = match ctx.list_shared::<SidecarSet>(&ListParams::default()) {
         Ok(l) => l,
