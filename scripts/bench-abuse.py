@@ -25,7 +25,9 @@ figures are below bench-admission's, which pauses it. Phases: alone; under attac
 after (attacks over, holds deleted). Each prints closed-loop throughput and the host's
 CPU meanwhile (short of its one core, the load's core was the limit), latency at RATE
 reviews/s offered (open loop), errors, the host's peak RSS and the number of series
-on /metrics; then whether the host survived and cgroup OOM kills.
+on /metrics; then whether the host survived and cgroup OOM kills, and how much the same
+work's CPU time swung on the host's core before and after (`corespeed`: the ratio
+cannot be steadier than the machine).
 
 Usage: scripts/bench-abuse.py [--quick]   (needs `make plugins` and a control plane;
 KUBECONFIG names it). --quick: tiny counts, a few seconds of attack: proves the harness
@@ -37,9 +39,11 @@ alone and under attack, each attack phase judged against the alone phases either
 ABUSE_PERF=DIR: a CPU profile of the host in each closed-loop run (see `profiled`); the
 table of CPU per host thread is printed always."""
 
-import contextlib, gzip, importlib, os, signal, socket, ssl, shutil, statistics, subprocess, sys, tempfile, threading, time, urllib.request
+import contextlib, gzip, importlib, os, signal, socket, ssl, shutil, statistics, subprocess, sys, tempfile, time
 
+import corespeed
 from benchlib import ENV, HOST, build, control_plane_on, cpu_seconds, grant, grant_dir, kubectl, wait_ready
+from hostwatch import Watch, cg_read, cgroup, settle, vm
 
 adm = importlib.import_module("bench-admission")  # its SidecarSet, webhook and helpers
 
@@ -71,113 +75,11 @@ assert ONLY <= set(ATTACKS), f"ABUSE_ATTACKS: pick from {ATTACKS}"
 NS, HOSTILE = "abuse-plugins", ["hostile-a", "hostile-b"]
 
 
-def cgroup():
-    """A new memory cgroup of 1 GiB (swap included) under this process's own, or None
-    with the reason printed when the controller is not writable here."""
-    try:
-        mine = next(l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup") if l.split(":")[1] == "memory")
-        path = f"/sys/fs/cgroup/memory{mine.rstrip('/')}/wasmop-abuse-{os.getpid()}"
-        os.mkdir(path)
-        open(f"{path}/memory.limit_in_bytes", "w").write(str(LIMIT))
-        try:
-            open(f"{path}/memory.memsw.limit_in_bytes", "w").write(str(LIMIT))
-        except OSError:
-            pass  # no swap accounting: there is no swap to escape to either
-        return path
-    except (OSError, StopIteration) as e:
-        print(f"no writable memory cgroup ({e}): relying on the host's budget flag alone", file=sys.stderr)
-        return None
-
-
-def cg_read(cg, name):
-    try:
-        text = open(f"{cg}/{name}").read()
-    except (OSError, TypeError):
-        return 0
-    if name == "memory.oom_control":
-        return int(next((l.split()[1] for l in text.splitlines() if l.startswith("oom_kill ")), 0))
-    return int(text)
-
-
-def vm(pid, field):
-    """A /proc/PID/status field in MiB (None once the process is gone)."""
-    try:
-        line = next(l for l in open(f"/proc/{pid}/status") if l.startswith(field + ":"))
-        return int(line.split()[1]) / 1024
-    except (OSError, StopIteration):
-        return None
-
-
-def settle(pid, limit=90):
-    """Until the host has been idle for a second (its background Cranelift tier-ups
-    done): alone must not be measured beside the host's own compiles."""
-    end = time.time() + limit
-    while time.time() < end:
-        before = cpu_seconds(pid)
-        time.sleep(1)
-        if cpu_seconds(pid) - before < 0.05:
-            return
-    print(f"the host was still busy after {limit} s; measuring anyway", file=sys.stderr)
-
-
 def drain(pid):
     """Between an attack and the next alone phase: the last holds and bodies drain,
     then the host settles."""
     time.sleep(2 if QUICK else 5)
     settle(pid, 10 if QUICK else 90)
-
-
-def series(metrics):
-    """Sample lines on /metrics: one per series."""
-    try:
-        text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
-    except Exception:
-        return None
-    return sum(1 for l in text.splitlines() if l and not l.startswith("#"))
-
-
-class Watch(threading.Thread):
-    """Samples the host's RSS (4/s) and its series count (every 2 s) into the current
-    phase's peaks, until `stop` or the host's exit."""
-
-    def __init__(self, host, metrics):
-        super().__init__(daemon=True)
-        self.host, self.metrics, self.phase, self.peaks = host, metrics, "start", {}
-        self.stop = threading.Event()
-        # CPU seconds per thread name, per phase: which of the host's threads did the
-        # work (the runtime's worker, compiles, aside calls, sources, ...).
-        self.threads, self.ticks, self.window = {}, {}, "start"
-
-    def sample_threads(self):
-        hz, per = os.sysconf("SC_CLK_TCK"), self.threads.setdefault(self.window, {})
-        try:
-            tids = os.listdir(f"/proc/{self.host.pid}/task")
-        except OSError:
-            return
-        for tid in tids:
-            try:
-                stat = open(f"/proc/{self.host.pid}/task/{tid}/stat").read()
-            except OSError:
-                continue
-            name, f = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-            ticks = int(f[11]) + int(f[12])
-            per[name] = per.get(name, 0) + (ticks - self.ticks.get(tid, ticks if self.window == "start" else 0)) / hz
-            self.ticks[tid] = ticks
-
-    def sample(self, n):
-        self.sample_threads()
-        peak = self.peaks.setdefault(self.phase, [0, 0])
-        rss = vm(self.host.pid, "VmRSS")
-        if rss is not None:
-            peak[0] = max(peak[0], rss)
-        if n % 8 == 0 and (s := series(self.metrics)) is not None:
-            peak[1] = max(peak[1], s)
-
-    def run(self):
-        n = 0
-        while not self.stop.wait(0.25) and self.host.poll() is None:
-            self.sample(n)
-            n += 1
 
 
 @contextlib.contextmanager
@@ -294,7 +196,7 @@ def main():
     flags = budget_flags()
     print(f"host: {HOST}; memory budget flags: {' '.join(flags) or 'absent from this binary'}"
           + (f"; load generator at nice {LOAD_NICE[2]}" if LOAD_NICE else ""))
-    cg = cgroup()
+    cg = cgroup(LIMIT)
     print(f"memory cgroup: {cg + ' (1 GiB, swap included)' if cg else 'none'}")
     # Core 0 is the host's alone (see benchlib.control_plane_on); the load, the attacks
     # and the control plane share core 1.
@@ -322,7 +224,7 @@ def main():
             cmd = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *cmd]
         host = subprocess.Popen(cmd, env=dict(ENV, TOKIO_WORKER_THREADS="1", WASMOP_LOG="warn,wasmop::cli=info,wasmop::registry=info"),
                                 stdout=log, stderr=log)
-        watch, rows, attacks = None, [], ""
+        watch, rows, attacks, machine = None, [], "", []
         try:
             metrics = wait_ready(log_path)
             watch = Watch(host, metrics)
@@ -332,6 +234,9 @@ def main():
             load = ["taskset", "-c", "1", *LOAD_NICE, load_bin, "run", f"https://127.0.0.1:{port}/sidecarset/inject-pod", ca, str(CONNS)]
             subprocess.run(load + ["2"], capture_output=True)  # warm-up
             settle(host.pid, 10 if QUICK else 90)
+            # How much this VM's speed swings at all, with the host idle: the ratio
+            # below cannot be steadier than that (`corespeed`).
+            machine.append("before: " + corespeed.describe(0, 2 if QUICK else 10))
             for n in range(CYCLES):
                 if n:
                     drain(host.pid)
@@ -344,6 +249,7 @@ def main():
             if host.poll() is None:
                 drain(host.pid)
                 rows.append(phase("after", watch, load))
+                machine.append("after: " + corespeed.describe(0, 2 if QUICK else 10))
             hwm = vm(host.pid, "VmHWM")
             # What the churn cost the host: versions loaded and Cranelift tier-ups.
             lines = open(log_path).readlines()
@@ -377,6 +283,7 @@ def main():
                     except OSError:
                         time.sleep(0.2)
     report(rows, watch.peaks if watch else {}, watch.threads if watch else {}, attacks, alive, oom, failcnt, cg_max, hwm if alive else None)
+    print("".join(f"\n{m}" for m in machine))
     sys.exit(0 if alive else 1)
 
 

@@ -25,7 +25,8 @@ BENCH_TRACE=DIR: the runs' reviews and a scheduler trace of every core (perf) in
 `scripts/admission-stall-causes.py DIR`; BENCH_HALT_POLL_NS=N: the guest's halt polling
 set to N ns for the invocation (root, haltpoll driver; `scripts/wakeups.py`). Below the
 rows: how late this machine wakes an idle core (`wakeups.describe`), the floor a VM puts
-under every stall before any code of ours runs (BENCHMARKS.md, issue 23);
+under every stall before any code of ours runs, and how much the same work's CPU time
+swings on it (`corespeed.describe`; BENCHMARKS.md, issue 23);
 BENCH_BUSY=1: two more rows, the same rate while the host has other work (`busy`): the
 Memcached plugin (WASMOP_BENCH_MEMCACHED, else target/plugins/memcached.wasm) reconciles
 a burst of 100 new Memcacheds and the SidecarSet plugin is hot-reloaded, in every run
@@ -33,7 +34,7 @@ a burst of 100 new Memcacheds and the SidecarSet plugin is hot-reloaded, in ever
 
 import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
-import wakeups
+import corespeed, wakeups
 from benchlib import ENV, HOST, build, control_plane_on, control_plane_pids, cpu_seconds, grant_dir, kubectl, steal_on, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -127,7 +128,7 @@ def main():
             # Throughput: each connection sends as soon as it is answered. Latency: the
             # goal's 5,000 reviews/s offered, evenly and at random (see admission_load.rs).
             with control_plane_paused():
-                machine = wakeups.describe(0, 2 if QUICK else 10)
+                machine = wakeups.describe(0, 2 if QUICK else 10) + "\n" + corespeed.describe(0, 1 if QUICK else 10)
             with traced(host.pid), control_plane_paused():
                 closed = [measure(host.pid, load + [str(SECS)]) for _ in range(RUNS)]
                 opened = [measure(host.pid, load + [str(SECS), str(RATE)]) for _ in range(RUNS)]
