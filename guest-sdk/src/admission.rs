@@ -231,10 +231,44 @@ impl Response {
         Ok(out)
     }
 
+    /// The answer as the JSON text the host reads, as `serde_json::to_string` writes it
+    /// but with the patch last and copied as it is. Why: a patch is most of a mutating
+    /// answer, and base64 needs no escaping, which serde_json checks a byte at a time
+    /// (3 % of a SidecarSet Pod review); [`plain`] checks eight at a time. A patch that
+    /// needs escaping is written escaped, so the text is always JSON.
+    pub fn into_json(mut self) -> Result<String, String> {
+        let patch = self.patch.take_if(|p| plain(p));
+        let mut out = serde_json::to_string(&self).map_err(|e| e.to_string())?;
+        if let Some(p) = patch {
+            out.pop(); // the closing brace; `allowed` is always there before it
+            out.reserve(p.len() + 12);
+            out.push_str(",\"patch\":\"");
+            out.push_str(&p);
+            out.push_str("\"}");
+        }
+        Ok(out)
+    }
+
     pub fn with_warning(mut self, warning: impl Into<String>) -> Self {
         self.warnings.push(warning.into());
         self
     }
+}
+
+/// Whether `s` goes into a JSON string as it is: no control character, quote or
+/// backslash (UTF-8 beyond ASCII is written as it is, as serde_json does). Eight bytes
+/// per step, with the zero-byte tests of "Bit Twiddling Hacks" (exact for these).
+fn plain(s: &str) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let less_than_space = |x: u64| x.wrapping_sub(ONES * 0x20) & !x & HIGH != 0;
+    let has = |x: u64, c: u8| {
+        let y = x ^ (ONES * c as u64);
+        y.wrapping_sub(ONES) & !y & HIGH != 0
+    };
+    let (words, rest) = s.as_bytes().as_chunks::<8>();
+    words.iter().map(|w| u64::from_ne_bytes(*w)).all(|x| !(less_than_space(x) || has(x, b'"') || has(x, b'\\')))
+        && rest.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 /// `object.pointer(path)` without allocating: serde_json's unescapes every token into
@@ -315,6 +349,31 @@ mod tests {
         let v = json!({"a": {"b/c": [10, {"d~e": 1}], "": 2}, "f": [0, 1]});
         for p in ["", "/a", "/a/b~1c/1/d~0e", "/a/b~1c/0", "/a/", "/f/1", "/f/01", "/f/+1", "/f/2", "/x", "a", "/f/x"] {
             assert_eq!(pointer(&v, p), v.pointer(p), "{p}");
+        }
+    }
+
+    /// What the host reads back is the answer the handler gave, whatever it holds: a
+    /// patch copied as it is, one that is not base64 (escaped as any string), none.
+    #[test]
+    fn answers_read_back_as_given() {
+        let patched = Response::patch_fields(&json!({"spec": {"a": "\"q\"\n"}}), &["/spec"]).with_warning("w\"");
+        let odd = Response { patch: Some("not \"base64\"\n".into()), ..Response::allow() };
+        let denied = Response::invalid("spec.x: \"bad\"");
+        let whole = Response::mutate(json!({"a": [1, "b"]}));
+        // Every ASCII byte at every place of a word and of the tail, beside UTF-8.
+        for b in 0..128u8 {
+            let base = "aé€bcdefghijklmn";
+            for at in (0..=base.len()).filter(|&i| base.is_char_boundary(i)) {
+                let mut s: Vec<u8> = base.bytes().collect();
+                s.insert(at, b);
+                let s = String::from_utf8(s).unwrap();
+                let naive = s.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\');
+                assert_eq!(plain(&s), naive, "{s:?}");
+            }
+        }
+        for r in [patched, odd, denied, whole, Response::allow()] {
+            let text = r.clone().into_json().unwrap();
+            assert_eq!(serde_json::from_str::<Response>(&text).unwrap(), r, "{text}");
         }
     }
 

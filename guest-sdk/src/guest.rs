@@ -244,6 +244,5 @@ pub fn handlers<W: crate::Webhooks>(settings: &str) -> Vec<WitHandler> {
 #[doc(hidden)]
 pub fn review<W: crate::Webhooks>(handler: &str, settings: &str, request: &str) -> Result<String, String> {
     let ctx = Context::new(&HostCluster);
-    let response = W::review_text(&ctx, handler, settings, request)?;
-    serde_json::to_string(&response).map_err(|e| e.to_string())
+    W::review_text(&ctx, handler, settings, request)?.into_json()
 }

@@ -99,7 +99,7 @@ async fn handle(
         Err(refused) => return refused.into_response(),
     };
     match app.reviewer.review(&plugin, &handler, &body).await {
-        Ok(v) => axum::Json(v).into_response(),
+        Ok(text) => ([(axum::http::header::CONTENT_TYPE, "application/json")], text).into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
     }
 }
@@ -272,6 +272,7 @@ mod tests {
         let body = br#"{"request": {"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE"}}"#;
         for i in 0..50 {
             let answer = reviewer.review(&format!("random-{i}"), "x", body).await.unwrap();
+            let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
             assert_eq!(answer["response"]["allowed"], false);
             assert!(answer["response"]["status"]["message"].as_str().unwrap().contains("is not loaded"));
         }

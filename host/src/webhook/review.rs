@@ -39,13 +39,14 @@ enum Outcome {
 }
 
 impl Reviewer {
-    /// Answers `body` (an AdmissionReview v1, as received) for `/<plugin>/<handler>`.
-    /// Err: the body is not an AdmissionReview (HTTP 400).
+    /// Answers `body` (an AdmissionReview v1, as received) for `/<plugin>/<handler>`
+    /// with the AdmissionReview's JSON text. Err: the body is not an AdmissionReview
+    /// (HTTP 400).
     ///
     /// The `request` is handed to the plugin as the bytes the apiserver sent: the host
     /// reads only its uid, and parses the object only if the plugin answers with a
     /// whole mutated object to diff against.
-    pub async fn review(&self, plugin: &str, handler: &str, body: &[u8]) -> Result<Value, String> {
+    pub async fn review(&self, plugin: &str, handler: &str, body: &[u8]) -> Result<String, String> {
         let started = Instant::now();
         let envelope: Envelope<'_> =
             serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
@@ -66,7 +67,21 @@ impl Reviewer {
         METRICS.admission_reviews.get_or_create(&l).inc();
         let mut response = response;
         response["uid"] = json!(uid);
-        Ok(json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response }))
+        // The patch, most of a mutating answer's bytes, is base64 (`finish` decoded or
+        // encoded it): nothing in it needs escaping, so it is copied in as it is rather
+        // than checked again a byte at a time.
+        let patch = response.as_object_mut().and_then(|r| r.remove("patch"));
+        let review = json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response });
+        let mut text = serde_json::to_string(&review).map_err(|e| e.to_string())?;
+        if let Some(Value::String(p)) = patch {
+            debug_assert!(text.ends_with("}}") && base64::engine::general_purpose::STANDARD.decode(&p).is_ok());
+            text.truncate(text.len() - 2); // the closing braces of `response` and the review
+            text.reserve(p.len() + 13);
+            text.push_str(",\"patch\":\"");
+            text.push_str(&p);
+            text.push_str("\"}}");
+        }
+        Ok(text)
     }
 
     async fn answer(&self, plugin: &str, handler: &str, head: &Head<'_>, request: &str) -> (Value, Outcome) {
@@ -214,7 +229,8 @@ fn deny(code: u16, reason: &str, message: &str) -> Value {
 
 /// Turns a plugin's answer into the AdmissionResponse (without uid): a returned
 /// `object` becomes a JSONPatch against the object of `request` (the AdmissionReview
-/// request's JSON); a validating handler cannot patch.
+/// request's JSON); a validating handler cannot patch. A `patch` in the result is
+/// always standard base64 (checked or written here).
 pub fn finish(request: &str, answer: &str, mutating: bool) -> Result<Value, String> {
     let r: AdmissionResponse = serde_json::from_str(answer).map_err(|e| format!("malformed AdmissionResponse: {e}"))?;
     let mut out = json!({ "allowed": r.allowed });
