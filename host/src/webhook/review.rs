@@ -67,21 +67,7 @@ impl Reviewer {
         METRICS.admission_reviews.get_or_create(&l).inc();
         let mut response = response;
         response["uid"] = json!(uid);
-        // The patch, most of a mutating answer's bytes, is base64 (`finish` decoded or
-        // encoded it): nothing in it needs escaping, so it is copied in as it is rather
-        // than checked again a byte at a time.
-        let patch = response.as_object_mut().and_then(|r| r.remove("patch"));
-        let review = json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response });
-        let mut text = serde_json::to_string(&review).map_err(|e| e.to_string())?;
-        if let Some(Value::String(p)) = patch {
-            debug_assert!(text.ends_with("}}") && base64::engine::general_purpose::STANDARD.decode(&p).is_ok());
-            text.truncate(text.len() - 2); // the closing braces of `response` and the review
-            text.reserve(p.len() + 13);
-            text.push_str(",\"patch\":\"");
-            text.push_str(&p);
-            text.push_str("\"}}");
-        }
-        Ok(text)
+        admission_review_text(response)
     }
 
     async fn answer(&self, plugin: &str, handler: &str, head: &Head<'_>, request: &str) -> (Value, Outcome) {
@@ -223,6 +209,24 @@ fn check_patch(patch: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The AdmissionReview v1 text around `response`. Its patch, most of a mutating
+/// answer's bytes, is base64 (`finish` decoded or encoded it): nothing in it needs
+/// escaping, so it is copied in as it is rather than checked again a byte at a time.
+fn admission_review_text(mut response: Value) -> Result<String, String> {
+    let patch = response.as_object_mut().and_then(|r| r.remove("patch"));
+    let review = json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response });
+    let mut text = serde_json::to_string(&review).map_err(|e| e.to_string())?;
+    if let Some(Value::String(p)) = patch {
+        debug_assert!(text.ends_with("}}") && base64::engine::general_purpose::STANDARD.decode(&p).is_ok());
+        text.truncate(text.len() - 2); // the closing braces of `response` and the review
+        text.reserve(p.len() + 13);
+        text.push_str(",\"patch\":\"");
+        text.push_str(&p);
+        text.push_str("\"}}");
+    }
+    Ok(text)
+}
+
 fn deny(code: u16, reason: &str, message: &str) -> Value {
     json!({ "allowed": false, "status": { "code": code, "reason": reason, "message": message } })
 }
@@ -324,6 +328,22 @@ mod tests {
             let a = serde_json::to_string(&AdmissionResponse { patch: Some(p), ..AdmissionResponse::allow() });
             let e = finish("{}", &a.unwrap(), true).unwrap_err();
             assert!(e.contains("not a JSONPatch") && e.contains(why), "{patch}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_review_carries_the_patch_as_finish_made_it() {
+        let obj = json!({ "metadata": { "annotations": { "a": "\"quoted\"\n" } } });
+        let answer = serde_json::to_string(&AdmissionResponse::patch_fields(&obj, &["/metadata"])).unwrap();
+        for response in [finish("{}", &answer, true).unwrap(), deny(403, "Forbidden", "no \"x\"")] {
+            let mut with_uid = response.clone();
+            with_uid["uid"] = json!("u-1");
+            let text = admission_review_text(with_uid.clone()).unwrap();
+            let read: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                read,
+                json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": with_uid })
+            );
         }
     }
 
