@@ -37,9 +37,9 @@ runs (`make bench-smoke`), no figure. Exits 1 if the host died. When the host's 
 heap). WASMOP_BENCH_HOST=PATH: measure that host binary. ABUSE_CYCLES=N: N rounds of
 alone and under attack, each attack phase judged against the alone phases either side.
 ABUSE_PERF=DIR: a CPU profile of the host in each closed-loop run (see `profiled`); the
-table of CPU per host thread is printed always."""
+table of CPU per host thread is printed always. ABUSE_DUMP=DIR: each run's reviews."""
 
-import contextlib, gzip, importlib, os, signal, socket, ssl, shutil, statistics, subprocess, sys, tempfile, time
+import contextlib, gzip, importlib, os, re, signal, socket, ssl, shutil, statistics, subprocess, sys, tempfile, time
 
 import corespeed
 from benchlib import ENV, HOST, build, control_plane_on, cpu_seconds, grant, grant_dir, kubectl, wait_ready
@@ -101,14 +101,19 @@ def profiled(pid, name):
         perf.wait()
 
 
-def healthy(pid, load, rate=None, beside=None):
+def healthy(pid, load, rate=None, beside=None, name="run"):
     """One run of the healthy load, with `beside` (a context manager) entered once it
     has connected: [reviews/s, p50, p99, errors, host CPU in the run as a share of its
     one core]. A run that could not even connect (the host dead, or its connection
-    slots all taken) counts as errors = -1."""
+    slots all taken) counts as errors = -1. ABUSE_DUMP=DIR: every review of the run in
+    DIR/NAME (`scripts/admission-stalls.py` says where the slow ones fell)."""
     cpu, t = cpu_seconds(pid), time.monotonic()
+    env = dict(os.environ)
+    if os.environ.get("ABUSE_DUMP"):
+        os.makedirs(os.environ["ABUSE_DUMP"], exist_ok=True)
+        env["ADMISSION_LOAD_DUMP"] = os.path.join(os.environ["ABUSE_DUMP"], re.sub(r"[^A-Za-z0-9.]+", "-", name))
     p = subprocess.Popen(load + [str(SECS)] + ([str(rate)] if rate else []), stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
+                         stderr=subprocess.DEVNULL, text=True, env=env)
     with beside() if beside else contextlib.nullcontext():
         out = p.communicate(timeout=SECS + 60)[0]
     try:
@@ -129,9 +134,9 @@ def phase(name, watch, load, beside=None):
     for _ in range(RUNS):
         watch.window = f"{name}, closed loop"
         with profiled(watch.host.pid, watch.window):
-            closed.append(healthy(watch.host.pid, load, None, beside))
+            closed.append(healthy(watch.host.pid, load, None, beside, watch.window))
         watch.window = f"{name}, {RATE:,}/s"
-        opened.append(healthy(watch.host.pid, load, RATE, beside))
+        opened.append(healthy(watch.host.pid, load, RATE, beside, watch.window))
     watch.window = "between phases"
     med = lambda rows, i: statistics.median(r[i] for r in rows)
     failed = sum(1 for r in closed + opened if r[3] < 0)
