@@ -33,8 +33,9 @@
 //! - A moved call's slots, memory charge and instance are given back only when an
 //!   aside thread next runs after its deadline, which on a saturated core is its
 //!   niced share; the caller has its Timeout already.
-//! - A poll's time is wall time (`cpu`): on an aside thread it includes time the kernel
-//!   gave to others, so a heavy plugin's mean stays heavy while the host is busy.
+//! - A poll's time is the thread's CPU time (`cpu`): on an aside thread, time the kernel
+//!   gave to others is not the call's, so a heavy plugin's mean is what it computed,
+//!   however stretched by the niced share.
 //! - A niced thread preempted while holding a lock that the host's threads take (a
 //!   watch cache's, the warm instances') holds them up too; those sections are short
 //!   copies, except freeing a big instance, whose unmapping briefly holds the process's

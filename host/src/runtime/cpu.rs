@@ -27,15 +27,22 @@
 //! A heavy plugin's useful work is not held back on a quiet host.
 //!
 //! Flow: every call is metered (`Metered` times each poll of its future: guest
-//! compute, instantiation and the host's own work for it, never its waits; by the
-//! wall clock, so on a niced aside thread also the time the kernel gave others). At each
+//! compute, instantiation and the host's own work for it, never its waits). At each
 //! epoch tick a long call yields once and then checks whether short calls were polled
 //! within the last [`QUIET`]; if not, it runs on (an idle or long-only host runs long
-//! calls at full speed). If so, it queues for the host's one *long lane* and, holding it, waits for
-//! a quiet moment for at most [`PACE`] before it computes its next tick. So while
-//! short calls keep the threads busy, long calls together get at most about one tick
-//! per [`PACE`] (~10 % of a thread), whichever plugins they belong to and however
-//! many there are.
+//! calls at full speed). If so, it queues for the host's one *long lane* (`lane`: the
+//! plugins waiting take turns) and, holding it, waits for a quiet moment for at most
+//! [`PACE`] before it computes its next tick. So while short calls keep the threads
+//! busy, long calls together get at most about one tick per [`PACE`] (~10 % of a
+//! thread), however many there are, and each plugin waiting its share of those.
+//!
+//! Thread time is the polling thread's CPU clock, not the wall clock. Why: a healthy
+//! review's poll that waited on a lock (the process's memory map, while an aside
+//! thread unmaps a hostile call's 120 MiB) or was preempted for 10 ms counted as 10 ms
+//! of compute, and the review went long: aside, and into the lane behind a flood's
+//! turns, for seconds (BENCHMARKS.md, issue 18). One such poll also moved its plugin's
+//! mean by an eighth of it, towards heavy. The CPU clock counts what the call ran,
+//! page faults of the memory it touches included, and a wait of any kind not at all.
 //!
 //! Where: a call this module finds long, or whose work is heavy or faulting when it is
 //! admitted, finishes on the aside threads (`aside`), which the kernel ranks below the
@@ -49,6 +56,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+
+use super::lane::Lane;
 
 /// Thread time after which a call is long. Why 10 ms: a healthy review or converged
 /// reconcile computes for well under that (SidecarSet's `inject-pod`: ~0.2 ms), and
@@ -76,7 +85,7 @@ pub(super) struct Cpu {
     polling: AtomicUsize,
     /// When a short call's poll last ended, in ns since `base`.
     last: AtomicU64,
-    lane: tokio::sync::Mutex<()>,
+    lane: Arc<Lane>,
     /// Per work (a plugin and a kind of call): the running means of its calls. Keyed by
     /// the plugins that ran, as the runtime's slots are.
     means: std::sync::Mutex<std::collections::HashMap<Arc<str>, Mean>>,
@@ -96,7 +105,7 @@ impl Cpu {
             base: Instant::now(),
             polling: AtomicUsize::new(0),
             last: AtomicU64::new(0),
-            lane: tokio::sync::Mutex::new(()),
+            lane: Default::default(),
             means: Default::default(),
         })
     }
@@ -126,10 +135,10 @@ impl Cpu {
         meter.waiting(true);
         if faulting {
             // The long calls' lane: faulting and long work together keep a tick per PACE.
-            let _turn = self.lane.lock().await;
+            let _turn = self.lane.turn(&meter.plugin).await;
             tokio::time::sleep(PACE).await;
         } else {
-            self.turn_if_busy().await;
+            self.turn_if_busy(&meter.plugin).await;
         }
         meter.waiting(false);
     }
@@ -138,10 +147,10 @@ impl Cpu {
     /// (or one is still running), takes a turn in the lane. Why yield first: on one
     /// thread, a call that just computed for a tick kept every short call from being
     /// polled, so the host looks quiet from where that call stands.
-    async fn turn_if_busy(&self) {
+    async fn turn_if_busy(&self, plugin: &Arc<str>) {
         tokio::task::yield_now().await;
         if !self.quiet() {
-            self.turn().await;
+            self.turn(plugin).await;
         }
     }
 
@@ -155,9 +164,10 @@ impl Cpu {
         m.faults += (if faulted { 1.0 } else { 0.0 } - m.faults) * MEAN_WEIGHT;
     }
 
-    /// One turn in the lane: first in line, then until a quiet moment or [`PACE`].
-    async fn turn(&self) {
-        let _turn = self.lane.lock().await;
+    /// One turn in the lane (`lane`: the plugins waiting take turns), then until a
+    /// quiet moment or [`PACE`].
+    async fn turn(&self, plugin: &Arc<str>) {
+        let _turn = self.lane.turn(plugin).await;
         let until = tokio::time::Instant::now() + PACE;
         while !self.quiet() && tokio::time::Instant::now() < until {
             tokio::time::sleep(QUIET).await;
@@ -183,8 +193,8 @@ impl Cpu {
                 .get_or_create(&crate::metrics::labels(&[("plugin", &meter.plugin)]))
                 .inc();
         }
-        let cpu = self.clone();
-        Some(Box::pin(async move { cpu.turn_if_busy().await }))
+        let (cpu, plugin) = (self.clone(), meter.plugin.clone());
+        Some(Box::pin(async move { cpu.turn_if_busy(&plugin).await }))
     }
 }
 
@@ -194,7 +204,8 @@ pub(super) struct Meter {
     cpu: Arc<Cpu>,
     /// Thread time of the polls that have ended, in ns.
     spent: AtomicU64,
-    /// When the current poll began (ns since `cpu.base`), 0 between polls.
+    /// The polling thread's CPU clock when the current poll began (ns, plus one so that
+    /// it is never 0), 0 between polls.
     poll: AtomicU64,
     long: AtomicBool,
     /// Whether it waits to be admitted (`Cpu::admit`): its polls meanwhile are not counted.
@@ -233,18 +244,18 @@ impl Meter {
         }
     }
 
-    /// Thread time so far, the current poll included.
+    /// Thread time so far, the current poll included when called on the thread that
+    /// polls (the epoch callback is; the caller, once the call is over, has no poll).
     pub(super) fn spent(&self) -> Duration {
         let poll = match self.poll.load(Relaxed) {
             0 => 0,
-            start => self.cpu.now().saturating_sub(start),
+            start => thread_cpu_ns().saturating_sub(start - 1),
         };
         Duration::from_nanos(self.spent.load(Relaxed) + poll)
     }
 
     fn begin(&self) {
-        // 0 means "between polls", so a poll that begins at `base` itself starts at 1.
-        self.poll.store(self.cpu.now().max(1), Relaxed);
+        self.poll.store(thread_cpu_ns() + 1, Relaxed);
         if !self.long.load(Relaxed) && !self.waiting.load(Relaxed) {
             self.counted.store(true, Relaxed);
             self.cpu.polling.fetch_add(1, Relaxed);
@@ -252,14 +263,27 @@ impl Meter {
     }
 
     fn end(&self) {
-        let now = self.cpu.now();
         let start = self.poll.swap(0, Relaxed);
-        self.spent.fetch_add(now.saturating_sub(start), Relaxed);
+        self.spent.fetch_add(thread_cpu_ns().saturating_sub(start.saturating_sub(1)), Relaxed);
         if self.counted.swap(false, Relaxed) {
             self.cpu.polling.fetch_sub(1, Relaxed);
-            self.cpu.last.fetch_max(now, Relaxed);
+            self.cpu.last.fetch_max(self.cpu.now(), Relaxed);
         }
     }
+}
+
+/// CPU time the calling thread has used: what it ran, never the time it waited for a
+/// lock or the kernel gave another thread.
+pub(super) fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid pointer to a timespec; CLOCK_THREAD_CPUTIME_ID exists on Linux
+    // and cannot fail for the calling thread.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn thread_cpu_ns() -> u64 {
+    thread_cpu().as_nanos() as u64
 }
 
 pin_project_lite::pin_project! {

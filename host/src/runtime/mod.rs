@@ -31,6 +31,7 @@ mod cpu;
 mod error;
 mod freeing;
 mod host;
+mod lane;
 mod niced;
 mod output;
 mod script;

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::cpu::{Cpu, Meter};
+use super::cpu::{Cpu, Meter, thread_cpu};
 use super::host::HostState;
 
 /// Guest compute a call may do at full speed before any data: a healthy review or
@@ -147,15 +147,6 @@ impl Future for YieldOnce {
         cx.waker().wake_by_ref();
         Poll::Pending
     }
-}
-
-/// CPU time this thread has used.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid pointer to a timespec; CLOCK_THREAD_CPUTIME_ID exists on Linux
-    // and cannot fail for the calling thread.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 #[cfg(test)]

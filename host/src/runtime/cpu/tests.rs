@@ -17,8 +17,8 @@ async fn a_call_turns_long_after_its_thread_time_not_its_wall_time() {
             tokio::time::sleep(LONG * 3).await;
             assert!(m.spent() < LONG, "{:?}", m.spent());
             assert!(cpu.pace(&m).is_none(), "short: computes on");
-            let t = Instant::now();
-            while t.elapsed() < LONG * 2 {
+            let t = thread_cpu();
+            while thread_cpu() - t < LONG * 2 {
                 std::hint::spin_loop();
             }
             assert!(m.spent() >= LONG * 2, "the current poll counts");
@@ -34,6 +34,37 @@ async fn a_call_turns_long_after_its_thread_time_not_its_wall_time() {
     )
     .await;
     assert!(meter.spent() >= LONG * 2);
+}
+
+#[tokio::test]
+async fn a_poll_held_up_off_the_cpu_is_not_thread_time() {
+    // A healthy review's poll that blocks on a lock an aside thread holds, or that the
+    // kernel preempts: 30 ms by the wall clock, next to nothing computed.
+    let cpu = Cpu::new();
+    let meter = Meter::new(&cpu, "healthy".into());
+    let m = meter.clone();
+    let c = cpu.clone();
+    Metered::new(
+        async move {
+            std::thread::sleep(LONG * 3);
+            assert!(m.spent() < LONG, "blocked, not computing: {:?}", m.spent());
+            assert!(c.pace(&m).is_none(), "still short: it computes on, in place");
+            assert!(!m.goes_aside());
+        },
+        meter.clone(),
+    )
+    .await;
+    assert!(meter.spent() < LONG, "{:?}", meter.spent());
+    // Its plugin's mean stays far from heavy, so its next review starts at once.
+    for _ in 0..8 {
+        cpu.ended(&"healthy/review".into(), meter.spent(), false);
+    }
+    let busy = Meter::new(&cpu, "other".into());
+    busy.begin();
+    let t = tokio::time::Instant::now();
+    cpu.admit("healthy/review", &Meter::new(&cpu, "healthy".into())).await;
+    assert!(t.elapsed() < AT_ONCE, "{:?}", t.elapsed());
+    busy.end();
 }
 
 #[tokio::test]
@@ -151,4 +182,33 @@ async fn long_calls_wait_while_short_ones_are_busy() {
     let t = tokio::time::Instant::now();
     cpu.pace(&long).expect("long: yields").await;
     assert!(t.elapsed() < AT_ONCE, "quiet again: {:?}", t.elapsed());
+}
+
+#[tokio::test]
+async fn a_flood_of_faulting_calls_holds_another_plugins_long_call_for_one_turn_not_all_of_theirs() {
+    let cpu = Cpu::new();
+    for _ in 0..8 {
+        cpu.ended(&"flood/review".into(), Duration::from_micros(300), true);
+    }
+    // Twenty of the flood's calls wait for their paced turns, ~PACE each.
+    let flood: Vec<_> = (0..20)
+        .map(|_| {
+            let cpu = cpu.clone();
+            tokio::spawn(async move { cpu.admit("flood/review", &Meter::new(&cpu, "flood".into())).await })
+        })
+        .collect();
+    tokio::time::sleep(QUIET * 5).await;
+    // A short call keeps the host busy, and a healthy plugin's call has gone long.
+    let short = Meter::new(&cpu, "other".into());
+    short.begin();
+    let long = Meter::new(&cpu, "healthy".into());
+    long.long.store(true, Relaxed);
+    let t = tokio::time::Instant::now();
+    cpu.pace(&long).expect("busy: it takes a turn").await;
+    let waited = t.elapsed();
+    // The flood's turn under way, then its own (which waits out PACE while busy).
+    assert!(waited < PACE * 4, "first come, first served would be 20 turns of the flood's: {waited:?}");
+    assert!(flood.iter().any(|f| !f.is_finished()), "the flood still waits its turns");
+    short.end();
+    flood.iter().for_each(|f| f.abort());
 }
