@@ -24,8 +24,9 @@ to core 1 with the load and the attacks (core 0 is the host's alone), so the alo
 figures are below bench-admission's, which pauses it. Phases: alone; under attack;
 after (attacks over, holds deleted). Each prints closed-loop throughput and the host's
 CPU meanwhile (short of its one core, the load's core was the limit), latency at RATE
-reviews/s offered (open loop), errors, the host's peak RSS and the number of series
-on /metrics; then whether the host survived and cgroup OOM kills, and how much the same
+reviews/s offered (open loop) with its p99 and longest review, errors, how many of
+the healthy plugin's calls went long (into the long lane, `runtime/cpu.rs`), the
+host's peak RSS and the number of series on /metrics; then whether the host survived and cgroup OOM kills, and how much the same
 work's CPU time swung on the host's core before and after (`corespeed`: the ratio
 cannot be steadier than the machine).
 
@@ -43,7 +44,7 @@ import contextlib, gzip, importlib, os, re, signal, socket, ssl, shutil, statist
 
 import corespeed
 from benchlib import ENV, HOST, build, control_plane_on, cpu_seconds, grant, grant_dir, kubectl, wait_ready
-from hostwatch import Watch, cg_read, cgroup, settle, vm
+from hostwatch import Watch, cg_read, cgroup, settle, value, vm
 
 adm = importlib.import_module("bench-admission")  # its SidecarSet, webhook and helpers
 
@@ -52,6 +53,7 @@ PLUGINS = os.path.join(ROOT, "target", "plugins")
 QUICK = "--quick" in sys.argv
 # Healthy runs per phase (closed + open each), seconds per run, connections, offered rate.
 RUNS, SECS, CONNS, RATE = (1, 2, 4, 200) if QUICK else (int(os.environ.get("ABUSE_RUNS", 2)), 11, 8, 1000)
+LONG_CALLS = 'wasmop_plugin_calls_long_total{plugin="sidecarset"}'
 # ABUSE_CYCLES=N: N rounds of alone then under attack, and alone once more at the end,
 # so that each attack phase is judged against the alone phases either side of it, a
 # minute away, not against one alone phase minutes before: this VM's speed drifts by
@@ -104,7 +106,7 @@ def profiled(pid, name):
 def healthy(pid, load, rate=None, beside=None, name="run"):
     """One run of the healthy load, with `beside` (a context manager) entered once it
     has connected: [reviews/s, p50, p99, errors, host CPU in the run as a share of its
-    one core]. A run that could not even connect (the host dead, or its connection
+    one core, the longest review in ms]. A run that could not even connect (the host dead, or its connection
     slots all taken) counts as errors = -1. ABUSE_DUMP=DIR: every review of the run in
     DIR/NAME (`scripts/admission-stalls.py` says where the slow ones fell)."""
     cpu, t = cpu_seconds(pid), time.monotonic()
@@ -121,8 +123,9 @@ def healthy(pid, load, rate=None, beside=None, name="run"):
     except OSError:
         busy = float("nan")
     if p.returncode != 0:
-        return [0.0, float("nan"), float("nan"), -1, busy]
-    return [float(x) for x in out.split()][:4] + [busy]
+        return [0.0, float("nan"), float("nan"), -1, busy, float("nan")]
+    fields = [float(x) for x in out.split()]
+    return fields[:4] + [busy, fields[5]]
 
 
 def phase(name, watch, load, beside=None):
@@ -130,6 +133,9 @@ def phase(name, watch, load, beside=None):
     `busy` is the host's CPU in the closed-loop runs: below its one core, the load (or
     the core it shares with the attacks) is what limits throughput, not the host."""
     watch.phase = name
+    # The healthy plugin's calls that went long (aside, and into the long lane's turns,
+    # `runtime/cpu.rs`): one that does waits behind the other plugins' long calls.
+    long_before = value(watch.metrics, LONG_CALLS)
     closed, opened = [], []
     for _ in range(RUNS):
         watch.window = f"{name}, closed loop"
@@ -141,8 +147,11 @@ def phase(name, watch, load, beside=None):
     med = lambda rows, i: statistics.median(r[i] for r in rows)
     failed = sum(1 for r in closed + opened if r[3] < 0)
     errors = sum(int(r[3]) for r in closed + opened if r[3] >= 0)
+    long_after = value(watch.metrics, LONG_CALLS)
+    went_long = long_after - long_before if None not in (long_before, long_after) else float("nan")
     return {"name": name, "rps": med(closed, 0), "p50": med(opened, 1), "p99": med(opened, 2),
-            "errors": errors, "failed": failed, "alive": watch.host.poll() is None, "busy": med(closed, 4)}
+            "errors": errors, "failed": failed, "alive": watch.host.poll() is None, "busy": med(closed, 4),
+            "longest": max(r[5] for r in opened), "long": went_long}
 
 
 def new_connection(port, ca):
@@ -352,15 +361,15 @@ def under_attack(watch, load, host, attack_bin, port, ca, base, suffix=""):
 
 def report(rows, peaks, threads, attacks, alive, oom, failcnt, cg_max, hwm):
     print("\nAttacks (abuse_load):\n" + "".join(f"- {l}\n" for l in attacks.strip().splitlines()))
-    print(f"| phase | closed loop ({CONNS} conns) | host CPU then | {RATE:,}/s offered: p50 | p99 | errors | "
-          "host peak RSS | metric series (peak) | host alive |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| phase | closed loop ({CONNS} conns) | host CPU then | {RATE:,}/s offered: p50 | p99 | longest | errors | "
+          "healthy calls gone long | host peak RSS | metric series (peak) | host alive |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rss, n = peaks.get(r["name"], [0, 0])
         errors = f"{r['errors']}" + (f" + {r['failed']} runs could not connect" if r["failed"] else "")
         per = r["busy"] / r["rps"] * 1e6 if r["rps"] else float("nan")
         print(f"| {r['name']} | {r['rps']:.0f} reviews/s | {r['busy']:.0%}, {per:.0f} µs/review | {r['p50']:.2f} ms | {r['p99']:.2f} ms | "
-              f"{errors} | {rss:.0f} MiB | {n} | {'yes' if r['alive'] else 'NO'} |")
+              f"{r['longest']:.1f} ms | {errors} | {r['long']:.0f} | {rss:.0f} MiB | {n} | {'yes' if r['alive'] else 'NO'} |")
     print(f"\nhost alive at the end: {'yes' if alive else 'NO'}; peak RSS (VmHWM): "
           f"{f'{hwm:.0f} MiB' if hwm else 'n/a (host gone)'}; cgroup peak usage {cg_max:.0f} MiB, "
           f"limit hit {failcnt} times, OOM kills {oom}")
@@ -373,9 +382,11 @@ def report(rows, peaks, threads, attacks, alive, oom, failcnt, cg_max, hwm):
         ratios = [r["rps"] * 2 / (rows[i - 1]["rps"] + rows[i + 1]["rps"])
                   for i, r in enumerate(rows) if r["name"].startswith("under ") and i + 1 < len(rows)]
         p99s = [r["p99"] for r in rows if r["name"].startswith("under ")]
+        longest = [r["longest"] for r in rows if r["name"].startswith("under ")]
         median = statistics.median(ratios) if ratios else float("nan")
         print(f"under attack, each against the alone phases either side: {', '.join(f'{x:.0%}' for x in ratios)}; "
-              f"median {median:.0%} (goal ≥ 90 %); p99 {', '.join(f'{x:.2f}' for x in p99s)} ms (goal < 10 ms)")
+              f"median {median:.0%} (goal ≥ 90 %); p99 {', '.join(f'{x:.2f}' for x in p99s)} ms (goal < 10 ms); "
+              f"longest review {', '.join(f'{x:.1f}' for x in longest)} ms")
         return
     alone = next((r for r in rows if r["name"] == "alone"), None)
     hit = next((r for r in rows if r["name"].startswith("under ")), None)

@@ -57,13 +57,28 @@ def settle(pid, limit=90):
     print(f"the host was still busy after {limit} s; measuring anyway", file=sys.stderr)
 
 
-def series(metrics):
-    """Sample lines on /metrics: one per series."""
+def scrape(metrics):
+    """The sample lines on /metrics, or None if the host does not answer."""
     try:
         text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
     except Exception:
         return None
-    return sum(1 for l in text.splitlines() if l and not l.startswith("#"))
+    return [l for l in text.splitlines() if l and not l.startswith("#")]
+
+
+def series(metrics):
+    """Sample lines on /metrics: one per series."""
+    lines = scrape(metrics)
+    return None if lines is None else len(lines)
+
+
+def value(metrics, sample):
+    """One series' value (`name{labels}` as the host writes it): 0 while it is absent,
+    None if the host does not answer."""
+    lines = scrape(metrics)
+    if lines is None:
+        return None
+    return next((float(l.rsplit(" ", 1)[1]) for l in lines if l.rsplit(" ", 1)[0] == sample), 0.0)
 
 
 class Watch(threading.Thread):
