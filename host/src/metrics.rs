@@ -128,7 +128,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     registry.register(
         "wasmop_plugin_calls_long",
-        "Plugin calls that spent 10 ms on a runtime thread: from then on they take turns while short calls are busy",
+        "Plugin calls that spent 10 ms of their thread's CPU time: from then on they take turns, the plugins waiting in rotation, while short calls are busy",
         m.long_calls.clone(),
     );
     registry.register("wasmop_leader", "1 while this replica holds the leader Lease (reconciles)", m.leader.clone());
