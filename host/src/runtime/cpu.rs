@@ -207,6 +207,9 @@ pub(super) struct Meter {
     /// The polling thread's CPU clock when the current poll began (ns, plus one so that
     /// it is never 0), 0 between polls.
     poll: AtomicU64,
+    /// Which thread polls now ([`thread_key`]): another thread's CPU clock says nothing
+    /// of this poll.
+    poller: AtomicUsize,
     long: AtomicBool,
     /// Whether it waits to be admitted (`Cpu::admit`): its polls meanwhile are not counted.
     waiting: AtomicBool,
@@ -223,6 +226,7 @@ impl Meter {
             cpu: cpu.clone(),
             spent: AtomicU64::new(0),
             poll: AtomicU64::new(0),
+            poller: AtomicUsize::new(0),
             long: AtomicBool::new(false),
             waiting: AtomicBool::new(false),
             counted: AtomicBool::new(false),
@@ -245,16 +249,19 @@ impl Meter {
     }
 
     /// Thread time so far, the current poll included when called on the thread that
-    /// polls (the epoch callback is; the caller, once the call is over, has no poll).
+    /// polls it (the epoch callback is). Read elsewhere (the caller, when a call that
+    /// moved aside timed out while a step of it still runs there), polls that ended.
     pub(super) fn spent(&self) -> Duration {
         let poll = match self.poll.load(Relaxed) {
             0 => 0,
+            _ if self.poller.load(Relaxed) != thread_key() => 0,
             start => thread_cpu_ns().saturating_sub(start - 1),
         };
         Duration::from_nanos(self.spent.load(Relaxed) + poll)
     }
 
     fn begin(&self) {
+        self.poller.store(thread_key(), Relaxed);
         self.poll.store(thread_cpu_ns() + 1, Relaxed);
         if !self.long.load(Relaxed) && !self.waiting.load(Relaxed) {
             self.counted.store(true, Relaxed);
@@ -284,6 +291,12 @@ pub(super) fn thread_cpu() -> Duration {
 
 fn thread_cpu_ns() -> u64 {
     thread_cpu().as_nanos() as u64
+}
+
+/// A number unique to the calling thread while it lives: the address of a thread-local.
+pub(super) fn thread_key() -> usize {
+    thread_local!(static KEY: u8 = const { 0 });
+    KEY.with(|k| k as *const u8 as usize)
 }
 
 pin_project_lite::pin_project! {

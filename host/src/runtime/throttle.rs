@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::cpu::{Cpu, Meter, thread_cpu};
+use super::cpu::{Cpu, Meter, thread_cpu, thread_key};
 use super::host::HostState;
 
 /// Guest compute a call may do at full speed before any data: a healthy review or
@@ -90,8 +90,7 @@ struct Mark {
 
 impl Mark {
     fn here() -> Self {
-        thread_local!(static KEY: u8 = const { 0 });
-        Mark { thread: KEY.with(|k| k as *const u8 as usize), cpu: thread_cpu() }
+        Mark { thread: thread_key(), cpu: thread_cpu() }
     }
 }
 

@@ -67,6 +67,21 @@ async fn a_poll_held_up_off_the_cpu_is_not_thread_time() {
     busy.end();
 }
 
+#[test]
+fn thread_time_read_on_another_thread_leaves_out_the_poll_under_way() {
+    // The caller reads a moved call's time when it timed out, while a step of it may
+    // still run on an aside thread: this thread's clock says nothing of that poll.
+    let cpu = Cpu::new();
+    let meter = Meter::new(&cpu, "p".into());
+    let t = thread_cpu();
+    while thread_cpu() - t < LONG * 2 {
+        std::hint::spin_loop();
+    }
+    let m = meter.clone();
+    std::thread::spawn(move || m.begin()).join().unwrap();
+    assert!(meter.spent() < LONG, "{:?}", meter.spent());
+}
+
 #[tokio::test]
 async fn a_heavy_plugins_calls_wait_before_they_start_while_short_ones_are_busy() {
     let cpu = Cpu::new();
