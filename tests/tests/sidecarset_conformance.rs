@@ -227,7 +227,7 @@ fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
 /// one the apiserver would store, so it must also pass the apiserver's Pod
 /// validation). Each case follows a case of Kruise's `pkg/webhook/pod/mutating/
 /// sidecarset_test.go` or an e2e spec, named beside it; the plugin's unit tests
-/// (`tests/webhooks.rs`) check the same on the SDK's fake cluster.
+/// (`tests/webhooks/`) check the same on the SDK's fake cluster.
 #[test]
 #[ignore = "needs the local control plane (make e2e)"]
 fn pods_are_injected_as_kruise_injects_them_through_the_apiserver() -> Result<()> {

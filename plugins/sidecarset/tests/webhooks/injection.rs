@@ -1,80 +1,6 @@
-//! The admission handlers against the SDK's fake cluster.
+//! `inject-pod`: what a Pod gets from the SidecarSets that select it, as Kruise injects.
 
-use serde_json::{Value, json};
-use sidecarset::webhooks::{DEFAULT, INJECT, VALIDATE};
-use sidecarset::{SidecarSet, SidecarSetWebhooks};
-use wasmop_sdk::fake::FakeCluster;
-use wasmop_sdk::{AdmissionRequest, AdmissionResponse, Context, Operation, Webhooks};
-
-fn sidecarset(name: &str, spec: Value) -> Value {
-    json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": name}, "spec": spec})
-}
-
-fn review(
-    fake: &FakeCluster,
-    handler: &str,
-    op: Operation,
-    ns: Option<&str>,
-    obj: Value,
-    old: Option<Value>,
-) -> AdmissionResponse {
-    let req = AdmissionRequest {
-        uid: "u".into(),
-        operation: op,
-        namespace: ns.map(Into::into),
-        object: Some(obj),
-        old_object: old,
-        ..Default::default()
-    };
-    // As the host hands it over: JSON text (`inject-pod` parses only the Pod's parts).
-    let text = serde_json::to_string(&req).unwrap();
-    SidecarSetWebhooks::review_text(&Context::new(fake), handler, ADMIN_ALLOWS_ANY_ANNOTATION, &text).unwrap()
-}
-
-/// Settings under which any annotation may be patched (the other tests are not about
-/// the whitelist; `patch_pod_metadata_needs_the_admins_whitelist` is).
-const ADMIN_ALLOWS_ANY_ANNOTATION: &str =
-    r#"patchPodMetadataWhiteList: {"rules": [{"allowedAnnotationKeyExprs": [".*"]}]}"#;
-
-/// Defaults a SidecarSet as the mutating webhook would, and stores it.
-fn store(fake: &FakeCluster, obj: Value) -> Value {
-    let r = review(fake, DEFAULT, Operation::Create, None, obj, None);
-    let o = r.object.expect("defaulted");
-    fake.seed(o.clone()).unwrap();
-    o
-}
-
-/// The base of the validation cases: two sidecars, volumes, a pull secret, a patch.
-fn two_sidecars() -> Value {
-    serde_json::from_str::<Value>(CASES).unwrap()["base"]["spec"].clone()
-}
-
-fn pod(labels: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-", "labels": labels},
-           "spec": {"containers": [{"name": "app", "image": "nginx", "env": [{"name": "TZ", "value": "UTC"}],
-                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-                    "volumes": [{"name": "data", "hostPath": {"path": "/d"}}],
-                    "imagePullSecrets": [{"name": "regcred"}]}})
-}
-
-fn names(list: &Value) -> Vec<&str> {
-    list.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect()
-}
-
-#[test]
-fn defaults_fill_kruise_defaults_and_hashes() {
-    let fake = FakeCluster::new();
-    let o = store(&fake, sidecarset("s", two_sidecars()));
-    assert_eq!(o["spec"]["updateStrategy"]["type"], "RollingUpdate");
-    assert_eq!(o["spec"]["updateStrategy"]["maxUnavailable"], 1);
-    assert_eq!(o["spec"]["updateStrategy"]["partition"], 0);
-    assert_eq!(o["spec"]["containers"][0]["podInjectPolicy"], "BeforeAppContainer");
-    assert_eq!(o["spec"]["containers"][0]["shareVolumePolicy"]["type"], "disabled");
-    assert_eq!(o["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
-    assert_eq!(o["spec"]["containers"][0]["terminationMessagePolicy"], "File");
-    assert_eq!(o["metadata"]["annotations"]["kruise.io/sidecarset-hash"].as_str().unwrap().len(), 64);
-    assert!(o["metadata"]["annotations"]["kruise.io/sidecarset-hash-without-image"].is_string());
-}
+use super::*;
 
 #[test]
 fn injects_before_and_after_the_app_with_everything_it_needs() {
@@ -106,14 +32,6 @@ fn injects_before_and_after_the_app_with_everything_it_needs() {
 
     let r = review(&fake, INJECT, Operation::Create, Some("default"), pod(json!({"app": "db"})), None);
     assert!(r.allowed && r.patch.is_none() && r.object.is_none(), "a Pod the selector does not match is untouched");
-}
-
-/// The JSONPatch's paths: what the apiserver is asked to replace.
-fn patched(r: &AdmissionResponse) -> Vec<String> {
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(r.patch.as_ref().expect("a patch")).unwrap();
-    let ops: Vec<Value> = serde_json::from_slice(&bytes).unwrap();
-    ops.iter().map(|o| o["path"].as_str().unwrap().to_owned()).collect()
 }
 
 #[test]
@@ -198,95 +116,6 @@ fn namespace_scope_and_pause_are_respected() {
     store(&fake, sidecarset("paused", spec));
     let r = review(&fake, INJECT, Operation::Create, Some("prod"), pod(json!({"app": "web"})), None);
     assert!(r.patch.is_none(), "paused injection");
-}
-
-fn denial(fake: &FakeCluster, obj: Value, old: Option<Value>) -> String {
-    let op = if old.is_some() { Operation::Update } else { Operation::Create };
-    let obj = review(fake, DEFAULT, op, None, obj.clone(), None).object.unwrap_or(obj);
-    let r = review(fake, VALIDATE, op, None, obj, old);
-    assert!(!r.allowed, "expected a denial");
-    r.status.unwrap().message
-}
-
-/// The validation cases both this test and the e2e conformance test run: each a JSON
-/// Patch of one base SidecarSet, denied with a message or admitted.
-const CASES: &str = include_str!("data/validation-cases.json");
-
-/// (what, SidecarSet, Some(message) when denied).
-fn validation_cases() -> Vec<(String, Value, Option<String>)> {
-    let doc: Value = serde_json::from_str(CASES).unwrap();
-    let mut out = Vec::new();
-    for (list, denied) in [("denied", true), ("allowed", false)] {
-        for c in doc[list].as_array().unwrap() {
-            let mut obj = doc["base"].clone();
-            let patch: json_patch::Patch = serde_json::from_value(c["patch"].clone()).unwrap();
-            json_patch::patch(&mut obj, &patch).unwrap();
-            let what = c["why"].as_str().map_or_else(|| c["patch"].to_string(), str::to_owned);
-            out.push((what, obj, denied.then(|| c["message"].as_str().unwrap().to_owned())));
-        }
-    }
-    out
-}
-
-#[test]
-fn validation_names_the_field_and_the_rule_and_accepts_what_kruise_accepts() {
-    let fake = FakeCluster::new();
-    for (what, obj, want) in validation_cases() {
-        match want {
-            Some(want) => {
-                let msg = denial(&fake, obj, None);
-                assert!(msg.contains(&want), "{what}: want {want:?} in {msg:?}");
-            }
-            None => {
-                let obj = review(&fake, DEFAULT, Operation::Create, None, obj, None).object.unwrap();
-                let r = review(&fake, VALIDATE, Operation::Create, None, obj, None);
-                assert!(r.allowed, "{what}: refused with {:?}", r.status.map(|s| s.message));
-            }
-        }
-    }
-}
-
-#[test]
-fn an_unknown_selector_operator_stored_before_validation_selects_no_pod() {
-    // As Kruise, whose selector then does not parse: never the Pods without the label.
-    let fake = FakeCluster::new();
-    let mut spec = two_sidecars();
-    spec["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["web"]}]});
-    let o = review(&fake, DEFAULT, Operation::Create, None, sidecarset("bad", spec), None).object.unwrap();
-    fake.seed(o).unwrap();
-    for labels in [json!({"app": "web"}), json!({"app": "db"}), json!({})] {
-        let r = review(&fake, INJECT, Operation::Create, Some("default"), pod(labels.clone()), None);
-        assert!(r.allowed && r.patch.is_none(), "a Pod labelled {labels} was injected");
-    }
-}
-
-#[test]
-fn update_rules_and_conflicts_between_sidecarsets() {
-    let fake = FakeCluster::new();
-    let stored = store(&fake, sidecarset("s", two_sidecars()));
-    let mut renamed = stored.clone();
-    renamed["spec"]["containers"][1]["name"] = json!("later");
-    assert!(denial(&fake, renamed, Some(stored.clone())).contains("cannot be added or renamed"));
-    let mut image = stored.clone();
-    image["spec"]["containers"][0]["image"] = json!("busybox:1.37");
-    let r = review(&fake, VALIDATE, Operation::Update, None, image, Some(stored));
-    assert!(r.allowed, "changing an image is an update, not a rename");
-
-    let clash = sidecarset(
-        "other",
-        json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
-                                             "containers": [{"name": "before", "image": "x:1"}]}),
-    );
-    assert!(denial(&fake, clash, None).contains("also injected by SidecarSet \"s\""));
-    let disjoint = sidecarset(
-        "db",
-        json!({"selector": {"matchLabels": {"app": "db"}},
-                                            "containers": [{"name": "before", "image": "x:1"}]}),
-    );
-    let o = review(&fake, DEFAULT, Operation::Create, None, disjoint, None).object.unwrap();
-    assert!(review(&fake, VALIDATE, Operation::Create, None, o, None).allowed, "disjoint selectors may reuse names");
-    let _: SidecarSet =
-        serde_json::from_value(fake.objects_of(&wasmop_sdk::KindRef::of::<SidecarSet>())[0].clone()).unwrap();
 }
 
 #[test]
@@ -384,42 +213,6 @@ fn transfer_env_reads_the_source_container_from_a_pod_label_or_annotation() {
 }
 
 #[test]
-fn conflicts_between_overlapping_sidecarsets_as_kruise_checks_them() {
-    let fake = FakeCluster::new();
-    let mut base = two_sidecars();
-    base["patchPodMetadata"] = json!([{"annotations": {"ow": "1"}, "patchPolicy": "Overwrite"},
-                                      {"annotations": {"mp": "{}"}, "patchPolicy": "MergePatchJson"}]);
-    store(&fake, sidecarset("s", base));
-    let other = |extra: Value| {
-        let mut spec = json!({"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
-                              "containers": [{"name": "mine", "image": "x:1"}]});
-        for (k, v) in extra.as_object().unwrap() {
-            spec[k] = v.clone();
-        }
-        sidecarset("other", spec)
-    };
-    let allowed = |obj: Value| {
-        let o = review(&fake, DEFAULT, Operation::Create, None, obj, None).object.unwrap();
-        let r = review(&fake, VALIDATE, Operation::Create, None, o, None);
-        assert!(r.allowed, "{:?}", r.status);
-    };
-    // An init container may share a name that the other set uses as a container.
-    allowed(other(json!({"initContainers": [{"name": "before", "image": "x:1"}]})));
-    // A volume of the same name: the same definition is fine, another is not.
-    allowed(other(json!({"volumes": [{"name": "logs", "emptyDir": {}}]})));
-    let msg = denial(&fake, other(json!({"volumes": [{"name": "logs", "hostPath": {"path": "/l"}}]})), None);
-    assert!(msg.contains("spec.volumes: volume \"logs\" is defined differently by SidecarSet \"s\""), "{msg}");
-    // Patched annotations: a conflict when either set overwrites the key.
-    let patch =
-        |k: &str, policy: &str| other(json!({"patchPodMetadata": [{"annotations": {k: "{}"}, "patchPolicy": policy}]}));
-    let msg = denial(&fake, patch("ow", "MergePatchJson"), None);
-    assert!(msg.contains("spec.patchPodMetadata: annotation \"ow\" is also patched by SidecarSet \"s\""), "{msg}");
-    assert!(denial(&fake, patch("mp", "Overwrite"), None).contains("annotation \"mp\""));
-    allowed(patch("mp", "MergePatchJson"));
-    allowed(patch("ow", "Retain"));
-}
-
-#[test]
 fn shared_volumes_bring_their_subpath_env_and_devices_as_kruise() {
     let fake = FakeCluster::new();
     let spec = json!({
@@ -457,51 +250,6 @@ fn shared_volumes_bring_their_subpath_env_and_devices_as_kruise() {
         "the subPathExpr's env only"
     );
     assert_eq!(log["volumeDevices"], json!([{"name": "blk", "devicePath": "/dev/blk"}]));
-}
-
-fn canary(name: &str, base: &str, spec: Value) -> Value {
-    let mut o = sidecarset(name, spec);
-    o["metadata"]["annotations"] =
-        json!({"apps.kruise.io/sidecarset-canary": "true", "apps.kruise.io/sidecarset-base": base});
-    o
-}
-
-#[test]
-fn a_canary_sidecarset_replaces_its_base_and_is_validated_as_kruise() {
-    let fake = FakeCluster::new();
-    store(&fake, sidecarset("base", two_sidecars()));
-    // The canary reuses the base's container names, selects fewer Pods, is NotUpdate.
-    let mut spec = two_sidecars();
-    spec["selector"] = json!({"matchLabels": {"app": "web", "track": "canary"}});
-    spec["containers"][0]["image"] = json!("busybox:1.37");
-    spec["updateStrategy"] = json!({"type": "NotUpdate"});
-    let c = review(&fake, DEFAULT, Operation::Create, None, canary("try", "base", spec.clone()), None).object.unwrap();
-    let r = review(&fake, VALIDATE, Operation::Create, None, c.clone(), None);
-    assert!(r.allowed, "{:?}", r.status);
-    fake.seed(c.clone()).unwrap();
-
-    let inject = |labels: Value| {
-        let p = pod(labels);
-        let r = review(&fake, INJECT, Operation::Create, Some("default"), p.clone(), None);
-        r.apply(&p).unwrap()
-    };
-    let p = inject(json!({"app": "web", "track": "canary"}));
-    assert_eq!(p["metadata"]["annotations"]["kruise.io/sidecarset-injected-list"], "try", "the canary, not the base");
-    assert_eq!(p["spec"]["containers"][0]["image"], "busybox:1.37");
-    let p = inject(json!({"app": "web"}));
-    assert_eq!(p["metadata"]["annotations"]["kruise.io/sidecarset-injected-list"], "base");
-
-    let f = "metadata.annotations[apps.kruise.io/sidecarset-base]";
-    for (obj, old, want) in [
-        (canary("self", "self", spec.clone()), None, format!("{f}: the base SidecarSet cannot be the canary itself")),
-        (canary("x", "missing", spec.clone()), None, format!("{f}: base SidecarSet \"missing\" not found")),
-        (canary("x", "try", spec.clone()), None, format!("{f}: base SidecarSet \"try\" is itself a canary")),
-        (canary("x", "base", two_sidecars()), None, "spec.updateStrategy.type: a canary SidecarSet".to_owned()),
-        (canary("try", "other", spec.clone()), Some(c.clone()), format!("{f}: immutable (was \"base\")")),
-    ] {
-        let msg = denial(&fake, obj, old);
-        assert!(msg.contains(&want), "{want:?} not in {msg:?}");
-    }
 }
 
 /// Kruise's e2e "filter Kruise sidecars": a sidecar sized from the Pod's own
