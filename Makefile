@@ -19,7 +19,9 @@ TEST_PLUGINS := probe hostile ring
 # Every host-side cargo command selects the whole workspace. Cargo unifies dependency
 # features over the packages a command names, so `-p wasmop` and `--workspace` would
 # each build their own kube, wasmtime and host: twice the time, and CI's disk ran out.
-E2E_TESTS := $(patsubst tests/tests/%.rs,--test %,$(wildcard tests/tests/*.rs))
+# A test of several files is a directory with its main.rs (one binary, as a file is).
+E2E_TESTS := $(patsubst tests/tests/%.rs,--test %,$(wildcard tests/tests/*.rs)) \
+	$(patsubst tests/tests/%/main.rs,--test %,$(wildcard tests/tests/*/main.rs))
 
 .PHONY: all setup tools build engines plugins demo-plugins host deploy-manifests deploy-plugins deploy-rbac bench-smoke cluster-up cluster-down demo demo-down test lint unit e2e cluster-selftest bench clean
 
