@@ -16,7 +16,8 @@
 //! a host-wide memory budget with a share per plugin (`budget`), a cap on any payload
 //! the plugin hands the host, log, Event and output budgets, and host-wide and
 //! per-plugin caps on concurrent instances. Threads go to short calls first; long
-//! calls take turns while short ones are busy (`cpu`). Compiled code may be kept on disk, under a
+//! calls take turns while short ones are busy (`cpu`), the plugins waiting in rotation
+//! (`lane`). Compiled code may be kept on disk, under a
 //! size cap (`code_cache`).
 
 mod admission;
