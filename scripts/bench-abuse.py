@@ -26,8 +26,8 @@ after (attacks over, holds deleted). Each prints closed-loop throughput and the 
 CPU meanwhile (short of its one core, the load's core was the limit), latency at RATE
 reviews/s offered (open loop) with its p99 and longest review, errors, how many of
 the healthy plugin's calls went long (into the long lane, `runtime/cpu.rs`), the
-host's peak RSS and the number of series on /metrics; then whether the host survived and cgroup OOM kills, and how much the same
-work's CPU time swung on the host's core before and after (`corespeed`: the ratio
+host's peak RSS and the number of series on /metrics; then whether the host survived
+and cgroup OOM kills, and how much the same work's CPU time swung on the host's core before and after (`corespeed`: the ratio
 cannot be steadier than the machine).
 
 Usage: scripts/bench-abuse.py [--quick]   (needs `make plugins` and a control plane;
@@ -151,7 +151,9 @@ def phase(name, watch, load, beside=None):
     went_long = long_after - long_before if None not in (long_before, long_after) else float("nan")
     return {"name": name, "rps": med(closed, 0), "p50": med(opened, 1), "p99": med(opened, 2),
             "errors": errors, "failed": failed, "alive": watch.host.poll() is None, "busy": med(closed, 4),
-            "longest": max(r[5] for r in opened), "long": went_long}
+            # A run that could not connect has no longest review (nan), which max() would
+            # keep or drop by its place in the list.
+            "longest": max((r[5] for r in opened if r[5] == r[5]), default=float("nan")), "long": went_long}
 
 
 def new_connection(port, ca):
