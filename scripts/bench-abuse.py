@@ -27,8 +27,8 @@ CPU meanwhile (short of its one core, the load's core was the limit), latency at
 reviews/s offered (open loop) with its p99 and longest review, errors, how many of
 the healthy plugin's calls went long (into the long lane, `runtime/cpu.rs`), the
 host's peak RSS and the number of series on /metrics; then whether the host survived
-and cgroup OOM kills, and how much the same work's CPU time swung on the host's core before and after (`corespeed`: the ratio
-cannot be steadier than the machine).
+and cgroup OOM kills, and how much the same work's CPU time swung on the host's core
+before and after (`corespeed`: the ratio cannot be steadier than the machine).
 
 Usage: scripts/bench-abuse.py [--quick]   (needs `make plugins` and a control plane;
 KUBECONFIG names it). --quick: tiny counts, a few seconds of attack: proves the harness
