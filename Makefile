@@ -15,6 +15,8 @@ CLUSTER_STATE ?= $(ROOT)/target/cluster
 E2E_STATE ?= $(ROOT)/target/cluster-e2e
 CARGO_COMPONENT_VERSION := 0.21.1
 PLUGINS := memcached sidecarset
+# Built with `--profile speed` (Cargo.toml says why and which plugins may be).
+SPEED_PLUGINS := sidecarset
 TEST_PLUGINS := probe hostile ring
 # Every host-side cargo command selects the whole workspace. Cargo unifies dependency
 # features over the packages a command names, so `-p wasmop` and `--workspace` would
@@ -63,8 +65,10 @@ plugins: setup engines $(WASM_OUT)/memcached-v2.wasm
 	@mkdir -p $(WASM_OUT)
 	cargo build --release --target wasm32-wasip2 -p probe --features v2
 	@cp $(TARGET_DIR)/wasm32-wasip2/release/probe.wasm $(WASM_OUT)/probe-v2.wasm
-	cargo build --release --target wasm32-wasip2 $(foreach p,$(PLUGINS) $(TEST_PLUGINS),-p $(p))
-	@for p in $(PLUGINS) $(TEST_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
+	cargo build --release --target wasm32-wasip2 $(foreach p,$(filter-out $(SPEED_PLUGINS),$(PLUGINS)) $(TEST_PLUGINS),-p $(p))
+	cargo build --profile speed --target wasm32-wasip2 $(foreach p,$(SPEED_PLUGINS),-p $(p))
+	@for p in $(filter-out $(SPEED_PLUGINS),$(PLUGINS)) $(TEST_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
+	@for p in $(SPEED_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/speed/$$p.wasm $(WASM_OUT)/$$p.wasm; done
 	cargo build --release --target wasm32-wasip2 -p not-a-plugin
 	@cp $(TARGET_DIR)/wasm32-wasip2/release/not-a-plugin.wasm $(WASM_OUT)/not-a-plugin.wasm
 	@ls -l $(WASM_OUT)
@@ -81,8 +85,10 @@ $(WASM_OUT)/memcached-v2.wasm: $(MEMCACHED_V2_SOURCES) | setup
 
 # What the demo runs, and only that: the shipped plugins and Memcached v2.
 demo-plugins: setup $(WASM_OUT)/memcached-v2.wasm
-	cargo build --release --target wasm32-wasip2 $(foreach p,$(PLUGINS),-p $(p))
-	@for p in $(PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
+	cargo build --release --target wasm32-wasip2 $(foreach p,$(filter-out $(SPEED_PLUGINS),$(PLUGINS)),-p $(p))
+	cargo build --profile speed --target wasm32-wasip2 $(foreach p,$(SPEED_PLUGINS),-p $(p))
+	@for p in $(filter-out $(SPEED_PLUGINS),$(PLUGINS)); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
+	@for p in $(SPEED_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/speed/$$p.wasm $(WASM_OUT)/$$p.wasm; done
 
 # The same plugins through cargo-component (wasm32-wasip1 + adapter).
 plugins-component: tools

@@ -4,14 +4,15 @@
 //!   cargo run --profile bench -p wasmop --example compile_time -- target/plugins/*.wasm
 //!
 //! Columns: Cranelift on every core (wasmtime's default), Cranelift on one thread (as
-//! the host compiles), and Winch.
+//! the host compiles), the process's peak RSS during that one-thread compile (the
+//! largest of three; Linux, from VmHWM reset before each), and Winch.
 
 use std::time::Instant;
 use wasmtime::{Config, Engine, OptLevel, Strategy};
 
 fn main() -> anyhow::Result<()> {
-    println!("| plugin | size | Cranelift | Cranelift, one thread | Winch |");
-    println!("|---|---|---|---|---|");
+    println!("| plugin | size | Cranelift | Cranelift, one thread | its peak RSS | Winch |");
+    println!("|---|---|---|---|---|---|");
     let engines = [(Strategy::Cranelift, true), (Strategy::Cranelift, false), (Strategy::Winch, true)];
     for path in std::env::args().skip(1) {
         let bytes = std::fs::read(&path)?;
@@ -25,16 +26,30 @@ fn main() -> anyhow::Result<()> {
                 .cranelift_opt_level(OptLevel::Speed);
             let engine = Engine::new(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut ms = Vec::new();
+            let mut peak = 0;
             for _ in 0..3 {
+                // Why reset: VmHWM is the process's peak so far; "5" starts it again.
+                let _ = std::fs::write("/proc/self/clear_refs", "5");
                 let t = Instant::now();
                 wasmtime::component::Component::new(&engine, &bytes).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
                 ms.push(t.elapsed().as_millis());
+                peak = peak.max(vm_hwm_kib());
             }
             ms.sort();
             row.push(format!("{} ms ({}–{})", ms[1], ms[0], ms[2]));
+            if strategy == Strategy::Cranelift && !parallel {
+                row.push(format!("{} MiB", peak / 1024));
+            }
         }
         let name = std::path::Path::new(&path).file_name().unwrap_or_default().to_string_lossy().into_owned();
         println!("| {name} | {} KiB | {} |", bytes.len() / 1024, row.join(" | "));
     }
     Ok(())
+}
+
+/// The process's peak resident memory since the last reset, in KiB (0 if unknown).
+fn vm_hwm_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap_or_default();
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
 }

@@ -186,8 +186,8 @@ pub fn inject(pod: &mut Value, labels: &Value, sets: &[&SidecarSet]) -> Result<V
         all_cs.extend(cs);
         all_is.extend(is);
         for v in &ss.spec.volumes {
-            let taken = volumes.iter().any(|x| x["name"] == v.name.as_str());
-            if mounted.contains(&v.name) && !taken {
+            let taken = volumes.iter().any(|x| x["name"] == v.name());
+            if mounted.iter().any(|m| m == v.name()) && !taken {
                 volumes.push(serde_json::to_value(v).unwrap_or_default());
             }
         }

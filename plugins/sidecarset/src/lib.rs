@@ -63,6 +63,7 @@ mod share;
 pub mod types;
 pub mod upgradable;
 pub mod validate;
+pub mod volume;
 pub mod webhooks;
 pub mod whitelist;
 

@@ -14,7 +14,8 @@
 //! Enumerations are strings here, as in Kruise's CRD: the validating webhook rejects
 //! bad values with a message naming the field, instead of a bare schema error.
 
-use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ObjectFieldSelector, Volume};
+use crate::volume::Volume;
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ObjectFieldSelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;

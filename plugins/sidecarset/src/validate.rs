@@ -242,7 +242,8 @@ pub fn validate(ss: &SidecarSet, old: Option<&SidecarSet>, others: &[SidecarSet]
     if let Some(e) = ss.spec.custom_version.as_deref().and_then(crate::names::label_value) {
         errs.push(format!("spec.customVersion: {e}"));
     }
-    let volumes: BTreeSet<&str> = ss.spec.volumes.iter().map(|v| v.name.as_str()).collect();
+    errs.extend(crate::volume::problems(&ss.spec.volumes));
+    let volumes: BTreeSet<&str> = ss.spec.volumes.iter().map(|v| v.name()).collect();
     let mut seen = BTreeSet::new();
     containers("initContainers", &ss.spec.init_containers, &volumes, &mut seen, &mut errs);
     containers("containers", &ss.spec.containers, &volumes, &mut seen, &mut errs);
@@ -336,10 +337,10 @@ fn conflicts(ss: &SidecarSet, other: &SidecarSet, errs: &mut Vec<String>) {
         }
     }
     for v in &ss.spec.volumes {
-        if other.spec.volumes.iter().any(|o| o.name == v.name && o != v) {
+        if other.spec.volumes.iter().any(|o| o.name() == v.name() && o != v) {
             errs.push(format!(
                 "spec.volumes: volume {:?} is defined differently by SidecarSet {theirs:?}, whose scope overlaps this one",
-                v.name
+                v.name()
             ));
         }
     }
