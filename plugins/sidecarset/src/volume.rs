@@ -4,12 +4,13 @@
 //! Why not k8s-openapi's `Volume`: its derived deserializer, every volume source
 //! inlined into it, became two wasm functions of 70 and 90 KB once the plugin was
 //! built for speed (opt-level 2), and Cranelift took ~400 MiB and 8 s to compile the
-//! plugin instead of 75 MiB and 3 s (BENCHMARKS.md, issue 23). The plugin only names,
+//! plugin, against 60 MiB and 2 s without it (BENCHMARKS.md, issue 23). The plugin only names,
 //! compares and copies volumes; the apiserver validates their sources when they reach
 //! a Pod, and `validate` checks that each has exactly one.
 //!
-//! Caveat: a field the core API does not know is kept (a typed decode drops it); the
-//! apiserver drops it again when it decodes the Pod.
+//! Caveat: a field the core API does not know is kept (a typed decode drops it). It
+//! reaches an injected Pod's patch (which the apiserver decodes into the core API's
+//! Pod) and the set's revision data, whose hash then differs from Kruise's.
 
 use serde::de::{Deserializer, Error as _};
 use serde::{Deserialize, Serialize};
@@ -25,7 +26,7 @@ impl Volume {
         self.0.get("name").and_then(Value::as_str).unwrap_or_default()
     }
 
-    /// The names of the fields other than `name`: its volume source(s).
+    /// Every field but `name`, with its value: the volume's source (one, when valid).
     pub fn sources(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.0.iter().filter(|(k, _)| *k != "name").map(|(k, v)| (k.as_str(), v))
     }
