@@ -60,15 +60,20 @@ $(WASM_OUT)/wasmop-js-engine.wasm: $(ENGINE_SOURCES) | setup
 	@cp $(ROOT)/target/engine/wasm32-wasip2/release/wasmop_js_engine.wasm $@
 	@sha256sum $@
 
+# $(call build-plugins,PACKAGES,PROFILE): wasm32-wasip2 components in that cargo
+# profile, copied to target/plugins/NAME.wasm.
+define build-plugins
+cargo build --profile $(2) --target wasm32-wasip2 $(foreach p,$(1),-p $(p))
+@for p in $(1); do cp $(TARGET_DIR)/wasm32-wasip2/$(2)/$$p.wasm $(WASM_OUT)/$$p.wasm; done
+endef
+
 ## Plugins as wasm32-wasip2 components, copied to target/plugins/NAME.wasm.
 plugins: setup engines $(WASM_OUT)/memcached-v2.wasm
 	@mkdir -p $(WASM_OUT)
 	cargo build --release --target wasm32-wasip2 -p probe --features v2
 	@cp $(TARGET_DIR)/wasm32-wasip2/release/probe.wasm $(WASM_OUT)/probe-v2.wasm
-	cargo build --release --target wasm32-wasip2 $(foreach p,$(filter-out $(SPEED_PLUGINS),$(PLUGINS)) $(TEST_PLUGINS),-p $(p))
-	cargo build --profile speed --target wasm32-wasip2 $(foreach p,$(SPEED_PLUGINS),-p $(p))
-	@for p in $(filter-out $(SPEED_PLUGINS),$(PLUGINS)) $(TEST_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
-	@for p in $(SPEED_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/speed/$$p.wasm $(WASM_OUT)/$$p.wasm; done
+	$(call build-plugins,$(filter-out $(SPEED_PLUGINS),$(PLUGINS)) $(TEST_PLUGINS),release)
+	$(call build-plugins,$(SPEED_PLUGINS),speed)
 	cargo build --release --target wasm32-wasip2 -p not-a-plugin
 	@cp $(TARGET_DIR)/wasm32-wasip2/release/not-a-plugin.wasm $(WASM_OUT)/not-a-plugin.wasm
 	@ls -l $(WASM_OUT)
@@ -85,10 +90,8 @@ $(WASM_OUT)/memcached-v2.wasm: $(MEMCACHED_V2_SOURCES) | setup
 
 # What the demo runs, and only that: the shipped plugins and Memcached v2.
 demo-plugins: setup $(WASM_OUT)/memcached-v2.wasm
-	cargo build --release --target wasm32-wasip2 $(foreach p,$(filter-out $(SPEED_PLUGINS),$(PLUGINS)),-p $(p))
-	cargo build --profile speed --target wasm32-wasip2 $(foreach p,$(SPEED_PLUGINS),-p $(p))
-	@for p in $(filter-out $(SPEED_PLUGINS),$(PLUGINS)); do cp $(TARGET_DIR)/wasm32-wasip2/release/$$p.wasm $(WASM_OUT)/$$p.wasm; done
-	@for p in $(SPEED_PLUGINS); do cp $(TARGET_DIR)/wasm32-wasip2/speed/$$p.wasm $(WASM_OUT)/$$p.wasm; done
+	$(call build-plugins,$(filter-out $(SPEED_PLUGINS),$(PLUGINS)),release)
+	$(call build-plugins,$(SPEED_PLUGINS),speed)
 
 # The same plugins through cargo-component (wasm32-wasip1 + adapter).
 plugins-component: tools

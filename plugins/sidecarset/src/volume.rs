@@ -4,9 +4,9 @@
 //! Why not k8s-openapi's `Volume`: its derived deserializer, every volume source
 //! inlined into it, became two wasm functions of 70 and 90 KB once the plugin was
 //! built for speed (opt-level 2), and Cranelift took ~400 MiB and 8 s to compile the
-//! plugin, against 60 MiB and 2 s without it (BENCHMARKS.md, issue 23). The plugin only names,
-//! compares and copies volumes; the apiserver validates their sources when they reach
-//! a Pod, and `validate` checks that each has exactly one.
+//! plugin, against 60 MiB and 2 s without it (BENCHMARKS.md, issue 23). The plugin
+//! only names, compares and copies volumes; the apiserver validates their sources when
+//! they reach a Pod, and `validate` checks that each has exactly one.
 //!
 //! Caveat: a field the core API does not know is kept (a typed decode drops it). It
 //! reaches an injected Pod's patch (which the apiserver decodes into the core API's
@@ -16,6 +16,7 @@ use serde::de::{Deserializer, Error as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// One entry of a SidecarSet's `spec.volumes`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(transparent)]
 pub struct Volume(Map<String, Value>);
