@@ -2,6 +2,13 @@
 //! subdomains, qualified names (label and annotation keys) and label values. The
 //! checks a message comes from return it (what is wrong and the rule), or None.
 
+/// Why a `name` field at `field` is refused, if it is no DNS-1123 label (container and
+/// volume names).
+pub fn label_name(field: &str, name: &str) -> Option<String> {
+    (!dns1123_label(name))
+        .then(|| format!("{field}.name: {name:?} must be a DNS-1123 label (a-z, 0-9, '-', at most 63 characters)"))
+}
+
 /// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (container names).
 pub fn dns1123_label(s: &str) -> bool {
     !s.is_empty()

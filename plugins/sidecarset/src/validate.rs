@@ -73,8 +73,8 @@ fn containers(
     for (i, c) in list.iter().enumerate() {
         let f = format!("spec.{path}[{i}]");
         let name = &c.container.name;
-        if !dns1123_label(name) {
-            errs.push(format!("{f}.name: {name:?} must be a DNS-1123 label (a-z, 0-9, '-', at most 63 characters)"));
+        if let Some(e) = crate::names::label_name(&f, name) {
+            errs.push(e);
         } else if !seen.insert(name.clone()) {
             errs.push(format!("{f}.name: {name:?} is used by another container of this SidecarSet"));
         }

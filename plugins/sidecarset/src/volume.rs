@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// One entry of a SidecarSet's `spec.volumes`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(transparent)]
 pub struct Volume(Map<String, Value>);
 
@@ -58,8 +58,8 @@ pub fn problems(volumes: &[Volume]) -> Vec<String> {
     for (i, v) in volumes.iter().enumerate() {
         let f = format!("spec.volumes[{i}]");
         let name = v.name();
-        if !crate::names::dns1123_label(name) {
-            errs.push(format!("{f}.name: {name:?} must be a DNS-1123 label (a-z, 0-9, '-', at most 63 characters)"));
+        if let Some(e) = crate::names::label_name(&f, name) {
+            errs.push(e);
         } else if !seen.insert(name) {
             errs.push(format!("{f}.name: duplicate value {name:?}"));
         }
