@@ -49,9 +49,10 @@ pub struct RunArgs {
     /// The nice value (0-19) of the threads plugin calls move to once they compute for long or
     /// their plugin's calls are heavy or keep failing: the kernel then serves webhooks and short
     /// reconciles first and gives such calls the share this value leaves them. 0 turns this off
-    /// (long calls still take turns while short ones are busy).
-    #[arg(long, env = "WASMOP_LONG_CALL_NICE", default_value_t = wasmop::runtime::ASIDE_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
-    long_call_nice: i32,
+    /// (long calls still take turns while short ones are busy). `idle`: idle priority
+    /// (`SCHED_IDLE`), only the CPU webhooks and short reconciles leave.
+    #[arg(long, env = "WASMOP_LONG_CALL_NICE", default_value_t = wasmop::runtime::ASIDE_PRIORITY)]
+    long_call_nice: wasmop::runtime::Priority,
     /// Wasm instances alive at once, host-wide.
     #[arg(long, env = "WASMOP_MAX_INSTANCES", default_value_t = 64)]
     max_instances: u32,
@@ -166,7 +167,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         fuel: args.plugin_fuel > 0,
         compiler: args.plugin_compiler,
         perf_map: args.plugin_perf_map,
-        aside_nice: args.long_call_nice,
+        aside_priority: args.long_call_nice,
         ..Default::default()
     })?);
     // One plugin may hold at most half the host-wide slots, annotation or not.

@@ -52,7 +52,7 @@
 //! such compile and its memory.
 
 use super::Registry;
-use super::compiling::{Rank, at_low_priority};
+use super::compiling::at_low_priority;
 use crate::runtime::{Compiled, RuntimeError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -64,7 +64,7 @@ use std::time::{Duration, Instant};
 pub const AHEAD_TIME: Duration = Duration::from_secs(15);
 
 /// How a reload's compile ranks (see the module docs).
-pub const AHEAD_RANK: Rank = Rank::Idle;
+pub const AHEAD_RANK: crate::runtime::Priority = crate::runtime::Priority::Idle;
 
 impl Registry {
     /// The Cranelift code for a reload, or None if it took longer than

@@ -38,7 +38,7 @@
 //! their own time cap) rather than run beside it.
 
 use super::Registry;
-use crate::runtime::{Compiled, Format, RuntimeError, idle_thread, niced_thread};
+use crate::runtime::{Compiled, Format, Priority, RuntimeError, niced_thread};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -131,7 +131,7 @@ impl Registry {
                 rt.compile_as(format, &name, &b)
             };
             let c = if looping {
-                at_low_priority("wasmop-looping", Rank::Nice(LOOP_NICE), job).await?
+                at_low_priority("wasmop-looping", Priority::Nice(LOOP_NICE), job).await?
             } else {
                 off_runtime(c"wasmop-compile", job).await?
             };
@@ -285,31 +285,18 @@ async fn off_runtime<T: Send + 'static>(
     .map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))
 }
 
-/// How a compile thread of its own ranks against the host's threads (`runtime::niced`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Rank {
-    /// At this nice value: its share of a busy core, in whole scheduler ticks.
-    Nice(i32),
-    /// At idle priority: only what the core's other threads leave.
-    Idle,
-}
-
-/// Runs `f` on a new thread named `name` ranked `rank`; its result, or Err if it
+/// Runs `f` on a new thread named `name` at `rank` (`runtime::niced`); its result, or Err if it
 /// panicked.
 pub(super) async fn at_low_priority<T: Send + 'static>(
     name: &str,
-    rank: Rank,
+    rank: Priority,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, RuntimeError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job = move || {
         let _ = tx.send(f());
     };
-    match rank {
-        Rank::Nice(nice) => niced_thread(name, nice, job),
-        Rank::Idle => idle_thread(name, job),
-    }
-    .map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
+    niced_thread(name, rank, job).map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
     rx.await.map_err(|_| RuntimeError::Compile("the compile thread panicked".into()))
 }
 
@@ -322,7 +309,7 @@ mod tests {
     #[tokio::test]
     async fn the_compile_thread_runs_niced_and_named_and_the_caller_does_not() {
         let before = own_nice();
-        let (inside, name) = at_low_priority("wasmop-looping", Rank::Nice(LOOP_NICE), || {
+        let (inside, name) = at_low_priority("wasmop-looping", Priority::Nice(LOOP_NICE), || {
             (own_nice(), std::thread::current().name().map(str::to_owned))
         })
         .await
@@ -364,8 +351,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_compile_is_an_error_not_a_crash() {
-        let e =
-            at_low_priority("wasmop-looping", Rank::Nice(LOOP_NICE), || -> u8 { panic!("boom") }).await.unwrap_err();
+        let e = at_low_priority("wasmop-looping", Priority::Nice(LOOP_NICE), || -> u8 { panic!("boom") })
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("panicked"), "{e}");
     }
 }

@@ -5,16 +5,19 @@
 //! `cpu`'s lane decides whose), and a review that arrives as a slice begins waits for
 //! all of it: the p99 of a healthy webhook beside a plugin that fills 120 MiB per call
 //! was 17–75 ms (BENCHMARKS.md, issue 18, fifth part). The kernel can do finer: a
-//! thread at a higher nice value is preempted when the runtime thread wakes for a
-//! review, and while reviews keep a core busy it gets the share its nice value gives
-//! (a tenth at nice 10, 1.5 % at 19), wherever its time goes: guest compute, the page
-//! faults of memory it touches, and freeing that memory (`freeing` frees in place on
-//! an aside thread).
+//! thread at a higher nice value (`--long-call-nice`, 10) yields to the runtime thread
+//! when it wakes for a review (at the next scheduler tick at the latest), and while
+//! reviews keep a core busy it gets the share its nice value gives (a tenth at nice 10,
+//! 1.5 % at 19), wherever its time goes: guest compute, the page faults of memory it
+//! touches, and freeing that memory (`freeing` frees in place on an aside thread). At
+//! idle priority (`--long-call-nice idle`) it is preempted the instant a review wakes
+//! the host and gets only the CPU the host's own threads leave; not the default, see
+//! the caveats.
 //!
 //! Flow: a call's future is polled where it began. Once `cpu` marks it to go aside
 //! (its work is heavy or faulting when it is admitted, or it has computed for `LONG`),
 //! the rest of it is spawned at its next yield on the aside runtime (as many worker
-//! threads as the host's own, all at the configured nice value), and the caller awaits
+//! threads as the host's own, all at the configured priority), and the caller awaits
 //! it there, with the host's runtime still the current one for what the call spawns or
 //! times. The lane still applies on the aside threads: while short calls are busy,
 //! long ones together get about a tick per `PACE`, and the kernel preempts that tick.
@@ -22,27 +25,37 @@
 //! Guarantees: the caller keeps the deadline; when it drops the call (deadline passed,
 //! request gone) the moved part is aborted and dropped on the aside runtime, which
 //! frees its instance there. A call on an idle host runs as fast aside as in place:
-//! a niced thread gets every cycle nobody else wants.
+//! a thread of low priority gets every cycle nobody else wants.
 //!
 //! Caveats:
-//! - The lane and the nice value compound: while short calls keep every core busy, long
-//!   calls get a tick per `PACE` and, within it, the niced share: about 1 % of a core at
-//!   nice 10, where the lane alone gave about 10 %. A long reconcile of 0.4 s may then
-//!   miss a 30 s deadline while webhooks saturate the host; `--long-call-nice 0` keeps
-//!   only the lane. On a host that is not saturated, both give way at once.
+//! - The lane and the priority compound: while short calls keep every core busy, long
+//!   calls get a tick per `PACE` and, within it, what the priority leaves: at nice 10
+//!   about 1 % of a core, where the lane alone gave about 10 %; at idle next to nothing
+//!   (the kernel's idle weight, 3 against a busy thread's 1024). A long reconcile of
+//!   0.4 s then misses its 30 s deadline while webhooks saturate the host;
+//!   `--long-call-nice 0` keeps only the lane. On a host that is not saturated, both
+//!   give way at once.
+//! - Why not idle priority by default: under issue 18's attacks it gave the review
+//!   thread ~0.4 s more of an 11 s closed-loop run and a median p99 of 3.55 ms against
+//!   3.84, but one of twelve attack phases held reviews for up to 109 ms, against at
+//!   most 22 ms in six at nice 10 (BENCHMARKS.md, issue 18, 2026-12-07). Its cause is
+//!   not known; a candidate: an aside thread unmapping a big instance holds the
+//!   process's memory map, and at idle it may wait long for the core with that lock
+//!   held. Idle also yields to every thread on the core, not only the host's: where
+//!   the host shares the CPU with other busy processes, long calls wait for those too.
 //! - A moved call's slots, memory charge and instance are given back only when an
-//!   aside thread next runs after its deadline, which on a saturated core is its
-//!   niced share; the caller has its Timeout already.
+//!   aside thread next runs after its deadline, which on a saturated core is what
+//!   its priority leaves it; the caller has its Timeout already.
 //! - A poll's time is the thread's CPU time (`cpu`): on an aside thread, time the kernel
 //!   gave to others is not the call's, so a heavy plugin's mean is what it computed,
-//!   however stretched by the niced share.
-//! - A niced thread preempted while holding a lock that the host's threads take (a
+//!   however stretched by the low priority.
+//! - An aside thread preempted while holding a lock that the host's threads take (a
 //!   watch cache's, the warm instances') holds them up too; those sections are short
 //!   copies, except freeing a big instance, whose unmapping briefly holds the process's
 //!   memory map.
 //! - A thread's priority cannot be raised back without privileges, so the aside
 //!   threads serve nothing else; a process already at the nice value or above sees no
-//!   difference.
+//!   difference (at idle it still does).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -50,7 +63,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::cpu::Meter;
-use super::niced::lower_own_priority;
+use super::niced::Priority;
 
 /// A call's future, boxed so that it can move between runtimes mid-way.
 pub(super) type Moveable<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -64,25 +77,25 @@ pub(super) struct Aside(Arc<Lazy>);
 
 struct Lazy {
     threads: usize,
-    nice: i32,
+    priority: Priority,
     /// None once starting failed: calls then finish in place.
     rt: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
 }
 
 impl Aside {
-    /// `threads` worker threads (and blocking threads) at `nice`, once needed.
-    pub(super) fn new(threads: usize, nice: i32) -> Aside {
-        Aside(Arc::new(Lazy { threads: threads.max(1), nice, rt: Default::default() }))
+    /// `threads` worker threads (and blocking threads) at `priority`, once needed.
+    pub(super) fn new(threads: usize, priority: Priority) -> Aside {
+        Aside(Arc::new(Lazy { threads: threads.max(1), priority, rt: Default::default() }))
     }
 
     fn handle(&self) -> Option<tokio::runtime::Handle> {
         let rt = self.0.rt.get_or_init(|| {
-            let nice = self.0.nice;
+            let priority = self.0.priority;
             let built = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(self.0.threads)
                 .thread_name("wasmop-aside")
                 .on_thread_start(move || {
-                    lower_own_priority(nice);
+                    priority.lower_own();
                     ASIDE.set(true);
                 })
                 .enable_all()
@@ -127,7 +140,7 @@ pub(super) struct Moving<T> {
 /// A moved call's future, polled (and dropped) with the runtime it began on as the
 /// current one. Why: what a host call spawns (the cluster client's new connections are
 /// tasks, and so is what its pool starts when a connection is dropped) and the timers
-/// it sets belong to the host's runtime, not to niced threads that would serve other
+/// it sets belong to the host's runtime, not to low-priority threads that would serve other
 /// plugins' requests on a pooled connection at the aside threads' share.
 struct Entered<T> {
     inner: Option<Moveable<T>>,
@@ -195,7 +208,7 @@ thread_local! {
     static ASIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Whether the calling thread is an aside thread: work it does is already niced.
+/// Whether the calling thread is an aside thread: work it does is already at low priority.
 pub(super) fn on_aside_thread() -> bool {
     ASIDE.get()
 }

@@ -90,8 +90,8 @@ pub struct RuntimeConfig {
     /// The JavaScript engine component script plugins run on; None: found where the
     /// runtime's `script` module says.
     pub script_engine: Option<std::path::PathBuf>,
-    /// The nice value of the threads long and heavy calls move to (see `aside`).
-    pub aside_nice: i32,
+    /// How the threads long and heavy calls move to rank (see `aside`).
+    pub aside_priority: super::Priority,
 }
 
 impl Default for RuntimeConfig {
@@ -108,17 +108,18 @@ impl Default for RuntimeConfig {
             compiler: super::Compiler::default(),
             perf_map: false,
             script_engine: None,
-            aside_nice: ASIDE_NICE,
+            aside_priority: ASIDE_PRIORITY,
         }
     }
 }
 
-/// Why 10: the kernel preempts the aside threads when a review wakes the host, and gives
-/// each about a tenth of a core the host's own threads keep busy (within the lane's
-/// turns, `cpu`: together about 1 %); on an idle host they run at full speed. Measured
-/// against nice 19 under both memory attacks: the same figures (BENCHMARKS.md, issue 18,
-/// sixth part), so the milder value.
-pub const ASIDE_NICE: i32 = 10;
+/// Why nice 10: the kernel lets the runtime thread have the core back when a review wakes
+/// the host (at the next scheduler tick at the latest), and gives the aside threads
+/// about a tenth of a core the host's own threads keep busy (within the lane's turns,
+/// `cpu`: together about 1 %); on an idle host they run at full speed. Measured against
+/// nice 19 under both memory attacks: the same figures (BENCHMARKS.md, issue 18, sixth
+/// part), so the milder value; against idle priority, see `aside`'s caveats.
+pub const ASIDE_PRIORITY: super::Priority = super::Priority::Nice(10);
 
 /// Why 10 s: `manifest` and `handlers` only describe the plugin; a plugin that needs
 /// longer is broken, and loading waits for it.

@@ -50,13 +50,14 @@ use crate::gateway::Gateway;
 pub use budget::MemoryBudget;
 use code_cache::CodeCache;
 use config::DESCRIBE_DEADLINE;
-pub use config::{ASIDE_NICE, Limits, RuntimeConfig};
+pub use config::{ASIDE_PRIORITY, Limits, RuntimeConfig};
 pub use error::{RuntimeError, TrapKind};
+pub use niced::Priority;
 #[cfg(test)]
 pub(crate) use niced::own_policy;
 #[cfg(test)]
 pub(crate) use niced::own_priority;
-pub(crate) use niced::{NicedRuntime, idle_thread, thread as niced_thread};
+pub(crate) use niced::{NicedRuntime, thread as niced_thread};
 pub use script::Format;
 use tiers::{Code, Tier};
 pub use tiers::{Compiled, Compiler};
@@ -119,7 +120,7 @@ impl Runtime {
             |_| std::thread::available_parallelism().map_or(1, |n| n.get()),
             |h| h.metrics().num_workers(),
         );
-        let aside = aside::Aside::new(threads, config.aside_nice);
+        let aside = aside::Aside::new(threads, config.aside_priority);
         Ok(Runtime {
             optimizing,
             baseline,

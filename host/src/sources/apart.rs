@@ -28,16 +28,17 @@
 use super::{PluginSource, SourceEvent};
 use tokio::sync::mpsc;
 
-/// The sources thread's nice value. Why 10: the same trade as the aside threads
-/// (`runtime::ASIDE_NICE`): about a tenth of a busy core (weight 110 against 1024), so
-/// a load still goes on while reviews saturate the host, at full speed on a quiet one.
+/// The sources thread's nice value. Why 10: about a tenth of a busy core (weight 110
+/// against 1024), so a load still goes on while reviews saturate the host, at full
+/// speed on a quiet one. Not idle priority, as long calls are (`runtime::aside`): an
+/// admin's new plugin version has no fallback that would load it meanwhile.
 pub const SOURCES_NICE: i32 = 10;
 
 /// Runs `sources` on the sources thread, each sending to `tx`, until all of them end
 /// or `tx`'s receiver is dropped.
 pub fn run_apart(sources: Vec<Box<dyn PluginSource>>, tx: mpsc::Sender<SourceEvent>) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    crate::runtime::niced_thread("wasmop-sources", SOURCES_NICE, move || {
+    crate::runtime::niced_thread("wasmop-sources", crate::runtime::Priority::Nice(SOURCES_NICE), move || {
         rt.block_on(async move {
             let all = futures::future::join_all(sources.into_iter().map(|s| s.run(tx.clone())));
             tokio::select! {

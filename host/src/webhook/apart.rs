@@ -23,16 +23,18 @@
 //! place among the handshakes lasts as long as before, since evictions are counted at
 //! accept. The thread ends when the server does, dropping handshakes under way.
 
-use crate::runtime::NicedRuntime;
+use crate::runtime::{NicedRuntime, Priority};
 
-/// The handshake thread's nice value. Why 10: the same trade as the sources thread
-/// and the aside threads: about a tenth of a core reviews keep busy (weight 110 against
-/// 1024), so new connections still get in while reviews saturate the host.
+/// The handshake thread's nice value. Why 10: the same trade as the sources thread:
+/// about a tenth of a core reviews keep busy (weight 110 against 1024), so new
+/// connections, an apiserver's among them, still get in while reviews saturate the
+/// host. Not idle priority, as long calls are (`runtime::aside`): there a handshake
+/// would wait for a pause in the reviews, and a flood's newer handshakes evict it.
 pub const HANDSHAKE_NICE: i32 = 10;
 
 /// Starts the handshake thread: a niced runtime that serves handshakes until dropped
 /// (with the server). `webhook::client_auth_tests` checks that `serve` does its
 /// handshakes there.
 pub(super) fn start() -> std::io::Result<NicedRuntime> {
-    NicedRuntime::start("wasmop-tls", HANDSHAKE_NICE)
+    NicedRuntime::start("wasmop-tls", Priority::Nice(HANDSHAKE_NICE))
 }

@@ -52,13 +52,13 @@ fn a_reconcile_of_thousands_of_host_calls_runs_at_full_speed_and_a_spinning_one_
         // The runtime's own threads (tokio names them "tokio-rt-worker"; older versions
         // "tokio-runtime-worker", cut to 15 characters) serve at nice 0.
         let own: Vec<_> = all.iter().filter(|t| t.name.starts_with("tokio-r")).collect();
-        if own.is_empty() || own.iter().any(|t| t.nice != 0) {
-            bail!("the host's runtime threads and their nice values: {own:?}");
+        if own.is_empty() || own.iter().any(|t| (t.nice, t.policy) != (0, SCHED_OTHER)) {
+            bail!("the host's runtime threads and their ranks: {own:?}");
         }
         let aside: Vec<_> = all.iter().filter(|t| t.name == "wasmop-aside").collect();
         let ticks: u64 = aside.iter().map(|t| t.ticks).sum();
-        if aside.is_empty() || aside.iter().any(|t| t.nice != 10) {
-            bail!("aside threads and their nice values: {aside:?}");
+        if aside.is_empty() || aside.iter().any(|t| (t.nice, t.policy) != (10, SCHED_OTHER)) {
+            bail!("aside threads and their ranks: {aside:?}");
         }
         // 300 ms at the usual 100 clock ticks a second: the spin alone earns more (100 ms
         // at full speed, then a tenth of a thread for up to 10 s).
@@ -67,13 +67,18 @@ fn a_reconcile_of_thousands_of_host_calls_runs_at_full_speed_and_a_spinning_one_
     Ok(())
 }
 
-/// One thread of a process, from /proc: its name, nice value and CPU time in clock ticks.
+/// One thread of a process, from /proc: its name, nice value, scheduling policy and CPU
+/// time in clock ticks.
 #[derive(Debug)]
 struct Thread {
     name: String,
     nice: i64,
+    policy: u32,
     ticks: u64,
 }
+
+/// Linux's normal scheduling policy, as /proc's stat gives it (`SCHED_IDLE` is 5).
+const SCHED_OTHER: u32 = 0;
 
 fn threads(pid: u32) -> Result<Vec<Thread>> {
     let mut out = Vec::new();
@@ -83,9 +88,9 @@ fn threads(pid: u32) -> Result<Vec<Thread>> {
         let (head, rest) = stat.rsplit_once(')').context("a /proc stat line")?;
         let name = head.split_once('(').context("a /proc stat line")?.1.to_owned();
         let f: Vec<&str> = rest.split_whitespace().collect();
-        // Fields 14, 15 (utime, stime) and 19 (nice), counted from the pid as 1.
+        // Fields 14, 15 (utime, stime), 19 (nice) and 41 (policy), counted from the pid as 1.
         let (utime, stime, nice) = (f[11].parse::<u64>()?, f[12].parse::<u64>()?, f[16].parse()?);
-        out.push(Thread { name, nice, ticks: utime + stime });
+        out.push(Thread { name, nice, policy: f[38].parse()?, ticks: utime + stime });
     }
     Ok(out)
 }

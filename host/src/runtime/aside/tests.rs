@@ -25,7 +25,7 @@ fn here() -> (i32, String) {
 fn fresh() -> (Arc<Cpu>, Aside, Arc<Meter>) {
     let cpu = Cpu::new();
     let meter = Meter::new(&cpu, "p".into());
-    (cpu, Aside::new(1, NICE), meter)
+    (cpu, Aside::new(1, Priority::Nice(NICE)), meter)
 }
 
 /// Inside a call: computes until it is long, then takes its turn, where it moves.
@@ -54,6 +54,25 @@ async fn a_call_that_turns_long_finishes_on_a_niced_aside_thread() {
 }
 
 #[tokio::test]
+async fn at_idle_priority_a_long_call_finishes_on_an_idle_thread() {
+    let cpu = Cpu::new();
+    let meter = Meter::new(&cpu, "p".into());
+    let aside = Aside::new(1, Priority::Idle);
+    let (m, c) = (meter.clone(), cpu.clone());
+    let call = Box::pin(Metered::new(
+        async move {
+            turn_long(&c, &m).await;
+            (super::super::niced::own_policy(), here())
+        },
+        meter.clone(),
+    ));
+    let (policy, (nice, name)) = aside.run(call, meter).await.unwrap();
+    assert_eq!((policy, name.as_str()), (libc::SCHED_IDLE, "wasmop-aside"), "a long call finishes aside, at idle");
+    assert_eq!(nice, 19, "and at nice 19 beneath it, where the kernel refuses idle");
+    assert_eq!(super::super::niced::own_policy(), libc::SCHED_OTHER, "the caller's thread keeps its policy");
+}
+
+#[tokio::test]
 async fn a_short_call_runs_in_place_to_the_end() {
     let (_cpu, aside, meter) = fresh();
     let call = Box::pin(Metered::new(
@@ -70,7 +89,7 @@ async fn a_short_call_runs_in_place_to_the_end() {
 #[tokio::test]
 async fn a_heavy_works_next_call_moves_aside_before_it_computes() {
     let cpu = Cpu::new();
-    let aside = Aside::new(1, NICE);
+    let aside = Aside::new(1, Priority::Nice(NICE));
     let work: Arc<str> = "p/review".into();
     for _ in 0..16 {
         cpu.ended(&work, Duration::from_millis(40), false);
