@@ -64,7 +64,7 @@ use std::time::{Duration, Instant};
 pub const AHEAD_TIME: Duration = Duration::from_secs(15);
 
 /// How a reload's compile ranks (see the module docs).
-pub const AHEAD_RANK: crate::runtime::Priority = crate::runtime::Priority::Idle;
+pub const AHEAD_PRIORITY: crate::runtime::Priority = crate::runtime::Priority::Idle;
 
 impl Registry {
     /// The Cranelift code for a reload, or None if it took longer than
@@ -99,7 +99,7 @@ impl Registry {
         let held = turn.clone();
         let compile = async move {
             *held.lock().unwrap() = Some(queue.acquire_owned().await.map_err(|_| RuntimeError::Closed)?);
-            at_low_priority("wasmop-ahead", AHEAD_RANK, move || {
+            at_low_priority("wasmop-ahead", AHEAD_PRIORITY, move || {
                 let c = compile();
                 drop(held.lock().unwrap().take());
                 drop(running);

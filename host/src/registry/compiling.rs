@@ -285,18 +285,18 @@ async fn off_runtime<T: Send + 'static>(
     .map_err(|e| RuntimeError::Compile(format!("compile task: {e}")))
 }
 
-/// Runs `f` on a new thread named `name` at `rank` (`runtime::niced`); its result, or Err if it
-/// panicked.
+/// Runs `f` on a new thread named `name` at `priority` (`runtime::niced`); its result,
+/// or Err if it panicked.
 pub(super) async fn at_low_priority<T: Send + 'static>(
     name: &str,
-    rank: Priority,
+    priority: Priority,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, RuntimeError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job = move || {
         let _ = tx.send(f());
     };
-    niced_thread(name, rank, job).map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
+    niced_thread(name, priority, job).map_err(|e| RuntimeError::Compile(format!("compile thread: {e}")))?;
     rx.await.map_err(|_| RuntimeError::Compile("the compile thread panicked".into()))
 }
 

@@ -35,7 +35,7 @@ pub enum Priority {
 impl Priority {
     /// Lowers the calling thread to this rank (never raises it). Idle priority where
     /// the kernel refuses it falls back to nice 19.
-    pub fn lower_own(self) {
+    pub(crate) fn lower_own(self) {
         match self {
             Priority::Nice(nice) => lower_own_priority(nice),
             Priority::Idle => {
