@@ -30,8 +30,8 @@ use tokio::sync::mpsc;
 
 /// The sources thread's nice value. Why 10: about a tenth of a busy core (weight 110
 /// against 1024), so a load still goes on while reviews saturate the host, at full
-/// speed on a quiet one. Not idle priority, as long calls are (`runtime::aside`): an
-/// admin's new plugin version has no fallback that would load it meanwhile.
+/// speed on a quiet one. Not idle priority (`runtime::Priority::Idle`): an admin's new
+/// plugin version has no fallback that would load it meanwhile.
 pub const SOURCES_NICE: i32 = 10;
 
 /// Runs `sources` on the sources thread, each sending to `tx`, until all of them end

@@ -28,8 +28,8 @@ use crate::runtime::{NicedRuntime, Priority};
 /// The handshake thread's nice value. Why 10: the same trade as the sources thread:
 /// about a tenth of a core reviews keep busy (weight 110 against 1024), so new
 /// connections, an apiserver's among them, still get in while reviews saturate the
-/// host. Not idle priority, as long calls are (`runtime::aside`): there a handshake
-/// would wait for a pause in the reviews, and a flood's newer handshakes evict it.
+/// host. Not idle priority (`runtime::Priority::Idle`): there a handshake would wait
+/// for a pause in the reviews, and a flood's newer handshakes evict it.
 pub const HANDSHAKE_NICE: i32 = 10;
 
 /// Starts the handshake thread: a niced runtime that serves handshakes until dropped

@@ -21,11 +21,16 @@ fn here() -> (i32, String) {
     (own_nice(), std::thread::current().name().unwrap_or_default().to_owned())
 }
 
-/// A host's CPU state, its aside threads, and one call's meter.
+/// A host's CPU state, its aside threads (at nice `NICE`), and one call's meter.
 fn fresh() -> (Arc<Cpu>, Aside, Arc<Meter>) {
+    fresh_at(Priority::Nice(NICE))
+}
+
+/// As `fresh`, with the aside threads at `priority`.
+fn fresh_at(priority: Priority) -> (Arc<Cpu>, Aside, Arc<Meter>) {
     let cpu = Cpu::new();
     let meter = Meter::new(&cpu, "p".into());
-    (cpu, Aside::new(1, Priority::Nice(NICE)), meter)
+    (cpu, Aside::new(1, priority), meter)
 }
 
 /// Inside a call: computes until it is long, then takes its turn, where it moves.
@@ -55,9 +60,7 @@ async fn a_call_that_turns_long_finishes_on_a_niced_aside_thread() {
 
 #[tokio::test]
 async fn at_idle_priority_a_long_call_finishes_on_an_idle_thread() {
-    let cpu = Cpu::new();
-    let meter = Meter::new(&cpu, "p".into());
-    let aside = Aside::new(1, Priority::Idle);
+    let (cpu, aside, meter) = fresh_at(Priority::Idle);
     let (m, c) = (meter.clone(), cpu.clone());
     let call = Box::pin(Metered::new(
         async move {
