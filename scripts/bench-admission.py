@@ -22,7 +22,9 @@ BENCH_RUNS=N: N runs instead of 5; BENCH_SECS=S: runs of S s instead of 10;
 WASMOP_BENCH_HOST=PATH: measure that host binary; WASMOP_BENCH_PLUGIN=PATH: that sidecarset.wasm; BENCH_HOST_LOG=FILE: keep the host's log;
 ADMISSION_LOAD_DUMP=PREFIX: every review of run N in PREFIX.N (`scripts/admission-stalls.py`);
 BENCH_TRACE=DIR: the runs' reviews and a scheduler trace of every core (perf) in DIR, for
-`scripts/admission-stall-causes.py DIR`; BENCH_HALT_POLL_NS=N: the guest's halt polling
+`scripts/admission-stall-causes.py DIR`; BENCH_PROFILE=FILE: the host's call stacks
+(perf, kernel stacks whole, the host's own by frame pointer) through the closed-loop
+runs, for `perf report -i FILE`; BENCH_HALT_POLL_NS=N: the guest's halt polling
 set to N ns for the invocation (root, haltpoll driver; `scripts/wakeups.py`). Below the
 rows: how late this machine wakes an idle core (`wakeups.describe`), the floor a VM puts
 under every stall before any code of ours runs, and how much the same work's CPU time
@@ -130,7 +132,8 @@ def main():
             with control_plane_paused():
                 machine = wakeups.describe(0, 2 if QUICK else 10) + "\n" + corespeed.describe(0, 1 if QUICK else 10)
             with traced(host.pid), control_plane_paused():
-                closed = [measure(host.pid, load + [str(SECS)]) for _ in range(RUNS)]
+                with profiled(host.pid):
+                    closed = [measure(host.pid, load + [str(SECS)]) for _ in range(RUNS)]
                 opened = [measure(host.pid, load + [str(SECS), str(RATE)]) for _ in range(RUNS)]
                 poisson = [measure(host.pid, load + [str(SECS), f"poisson:{RATE}"]) for _ in range(RUNS)]
             # The busy rows need the apiserver; it runs on the load's core, as it would
@@ -192,6 +195,23 @@ def traced(pid, name="quiet"):
     data = os.path.join(d, f"perf-{name}.data")
     perf = subprocess.Popen(["perf", "record", "-q", "-k", "mono", "-a", "-e", "sched:sched_switch,sched:sched_waking",
                              "-e", "cpu-clock/period=500000/", "-o", data], stdout=subprocess.DEVNULL)
+    time.sleep(1)
+    try:
+        yield
+    finally:
+        perf.send_signal(signal.SIGINT)
+        perf.wait()
+
+
+@contextlib.contextmanager
+def profiled(pid):
+    """With BENCH_PROFILE=FILE, the host's call stacks sampled at 1 kHz meanwhile."""
+    out = os.environ.get("BENCH_PROFILE")
+    if not out:
+        yield
+        return
+    perf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "1000", "-p", str(pid), "-o", out],
+                            stdout=subprocess.DEVNULL)
     time.sleep(1)
     try:
         yield
