@@ -193,14 +193,9 @@ def traced(pid, name="quiet"):
     open(os.path.join(d, "host.pid"), "w").write(str(pid))
     open(os.path.join(d, "offset"), "w").write(repr(time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)))
     data = os.path.join(d, f"perf-{name}.data")
-    perf = subprocess.Popen(["perf", "record", "-q", "-k", "mono", "-a", "-e", "sched:sched_switch,sched:sched_waking",
-                             "-e", "cpu-clock/period=500000/", "-o", data], stdout=subprocess.DEVNULL)
-    time.sleep(1)
-    try:
+    with perf_meanwhile(["record", "-q", "-k", "mono", "-a", "-e", "sched:sched_switch,sched:sched_waking",
+                         "-e", "cpu-clock/period=500000/", "-o", data]):
         yield
-    finally:
-        perf.send_signal(signal.SIGINT)
-        perf.wait()
 
 
 @contextlib.contextmanager
@@ -210,8 +205,14 @@ def profiled(pid):
     if not out:
         yield
         return
-    perf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "1000", "-p", str(pid), "-o", out],
-                            stdout=subprocess.DEVNULL)
+    with perf_meanwhile(["record", "-q", "-g", "-F", "1000", "-p", str(pid), "-o", out]):
+        yield
+
+
+@contextlib.contextmanager
+def perf_meanwhile(args):
+    """`perf ARGS` running while the block runs (started a second before it)."""
+    perf = subprocess.Popen(["perf", *args], stdout=subprocess.DEVNULL)
     time.sleep(1)
     try:
         yield
