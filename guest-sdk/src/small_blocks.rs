@@ -5,7 +5,7 @@
 //! small strings, maps and vectors, and drops it again a few microseconds later. In
 //! the SidecarSet plugin's `inject-pod`, dlmalloc's `malloc` and `free` were 27 % of
 //! the plugin's own time per review (BENCHMARKS.md, issue 23). A free list per size
-//! class makes each of those a few loads and stores: the review got 15 % cheaper.
+//! class makes each of those a few loads and stores: the review got 11–13 % cheaper.
 //! talc, a kept allocator for wasm, gave 5 %: it still splits and merges blocks.
 //!
 //! Guarantees: blocks of up to [`MAX_SMALL`] bytes (alignment up to 16) come from one
