@@ -82,13 +82,16 @@ impl Ticks {
     pub(super) fn running(&self) -> Running {
         let mut st = self.0.state.lock().unwrap();
         st.running += 1;
-        if st.waiting {
-            // Woken once: later calls before the thread runs need not call again.
-            st.waiting = false;
-            #[cfg(test)]
-            {
-                st.woken += 1;
-            }
+        // Woken once: later calls before the thread runs need not call again.
+        let wake = std::mem::take(&mut st.waiting);
+        #[cfg(test)]
+        {
+            st.woken += usize::from(wake);
+        }
+        // Notified after the lock is released: the thread, woken on this core, would
+        // otherwise run only to wait for the lock, and be woken once more for it.
+        drop(st);
+        if wake {
             self.0.wake.notify_one();
         }
         Running(self.0.clone())
