@@ -3,77 +3,11 @@
 use super::bindings::wasmop::operator::{cluster, events, log, types};
 use super::budget::Charge;
 use super::convert::{sdk_ref, to_wit};
+use super::limiter::Tracked;
 use crate::gateway::{self, Gateway};
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, StoreLimits};
 
-/// StoreLimits (the instance's own caps) plus the instance's charge on the host-wide
-/// memory budget, and the largest linear memory the instance asked for, for the
-/// `wasmop_plugin_memory_bytes` gauge.
-pub struct Tracked {
-    inner: StoreLimits,
-    pub(super) charge: Charge,
-    peak: usize,
-}
-
-impl Tracked {
-    pub fn new(inner: StoreLimits, charge: Charge) -> Self {
-        Tracked { inner, charge, peak: 0 }
-    }
-
-    pub fn peak(&self) -> usize {
-        self.peak
-    }
-}
-
-/// What one instance may hold besides its linear memory. Why these: a component built
-/// by cargo-component links the main module, the WASI adapter and a few shims (about
-/// ten core instances, two memories, a handful of tables); wasmtime's defaults (10,000
-/// of each) would let one plugin exhaust the pooling allocator's slots.
-const MAX_CORE_INSTANCES: usize = 32;
-const MAX_TABLES: usize = 32;
-const MAX_MEMORIES: usize = 2;
-/// Entries of one table: the shipped plugins' largest function table has a few
-/// thousand.
-const MAX_TABLE_ELEMENTS: usize = 100_000;
-
-impl ResourceLimiter for Tracked {
-    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let ok = self.inner.memory_growing(current, desired, maximum)?;
-        if ok {
-            // The instance's own cap allowed it; now the host-wide budget must too, or
-            // the guest traps with the reason (the plugin that asked pays).
-            self.charge.grow(desired.saturating_sub(current)).map_err(wasmtime::Error::msg)?;
-            self.peak = self.peak.max(desired);
-        }
-        Ok(ok)
-    }
-
-    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        self.inner.table_growing(current, desired, maximum)
-    }
-
-    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.inner.memory_grow_failed(error)
-    }
-
-    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.inner.table_grow_failed(error)
-    }
-
-    fn instances(&self) -> usize {
-        self.inner.instances()
-    }
-
-    fn tables(&self) -> usize {
-        self.inner.tables()
-    }
-
-    fn memories(&self) -> usize {
-        self.inner.memories()
-    }
-}
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// What a call may reach: the cluster through a gateway, and the object whose Events
@@ -136,17 +70,7 @@ impl HostState {
         let mut state = HostState {
             wasi: wasi.build(),
             table: Default::default(),
-            limits: Tracked::new(
-                wasmtime::StoreLimitsBuilder::new()
-                    .memory_size(limits.memory_bytes.min(memory_ceiling))
-                    .instances(MAX_CORE_INSTANCES)
-                    .tables(MAX_TABLES)
-                    .memories(MAX_MEMORIES)
-                    .table_elements(MAX_TABLE_ELEMENTS)
-                    .trap_on_grow_failure(true)
-                    .build(),
-                charge,
-            ),
+            limits: Tracked::new(limits.memory_bytes.min(memory_ceiling), charge),
             gateway: None,
             regarding: None,
             reported: Default::default(),
@@ -184,7 +108,7 @@ impl HostState {
         (self.gateway, self.regarding) = (None, None);
     }
 
-    pub(super) fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+    pub(super) fn limiter(&mut self) -> &mut dyn wasmtime::ResourceLimiter {
         &mut self.limits
     }
 

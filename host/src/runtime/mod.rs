@@ -33,6 +33,7 @@ mod error;
 mod freeing;
 mod host;
 mod lane;
+mod limiter;
 mod niced;
 mod output;
 mod script;
