@@ -14,7 +14,9 @@ half of it:
                           that much later: the wake-up interrupt reached the halted
                           core late
   host busy (thread)      the host's threads were on its core, longest the one named
-                          (our code)
+                          (our code); "review thread runnable" when that was not the
+                          review thread and the review thread spent over half the gap
+                          switched out runnable (preempted with work to do, not asleep)
   other task on core N    something else held the core the host or load waited for
   unexplained             none of these
 
@@ -26,26 +28,27 @@ import bisect, collections, glob, os, re, subprocess, sys
 from benchlib import review_dump
 
 HEAD = re.compile(r"^\s*(.+?)\s+(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+):\s*(.*)$")
-SWITCH = re.compile(r"prev_pid=(\d+) .*==> next_comm=(.+?) next_pid=(\d+)")
+SWITCH = re.compile(r"prev_pid=(\d+) .*prev_state=(\S+) ==> next_comm=(.+?) next_pid=(\d+)")
 WAKING = re.compile(r"pid=(\d+) .*target_cpu=(\d+)")
 
 
 def trace(d):
     """(samples per core, [(t, core, next tid)] switches, late wake-ups, tid -> pid,
-    tid -> thread name) from every DIR/perf-*.data (the harness's quiet and busy rows)."""
+    tid -> thread name, [(t, tid, runnable)] every switch-out) from every
+    DIR/perf-*.data (the harness's quiet and busy rows)."""
     off = float(open(os.path.join(d, "offset")).read())
-    samples, switches, late, pid_of, names = collections.defaultdict(list), [], [], {0: 0}, {}
+    samples, switches, late, pid_of, names, preempted = collections.defaultdict(list), [], [], {0: 0}, {}, []
     for data in sorted(glob.glob(os.path.join(d, "perf-*.data"))):
         out = subprocess.run(["perf", "script", "-i", data, "-F", "comm,pid,tid,cpu,time,event,trace"],
                              capture_output=True, text=True, check=True).stdout
-        read(out, off, samples, switches, late, pid_of, names)
+        read(out, off, samples, switches, late, pid_of, names, preempted)
     for ts in samples.values():
         ts.sort()
     switches.sort()
-    return samples, switches, sorted(late), pid_of, names
+    return samples, switches, sorted(late), pid_of, names, sorted(preempted)
 
 
-def read(out, off, samples, switches, late, pid_of, names):
+def read(out, off, samples, switches, late, pid_of, names, preempted):
     """One perf script's events into the lists of `trace`."""
     running, pending = collections.defaultdict(int), {}
     for line in out.splitlines():
@@ -63,14 +66,19 @@ def read(out, off, samples, switches, late, pid_of, names):
             pending.setdefault(woken, (t, target, running[target] == 0))
         elif ev == "sched:sched_switch":
             s = SWITCH.search(rest)
-            nxt = int(s[3])
-            names[nxt] = s[2]
+            nxt = int(s[4])
+            names[nxt] = s[3]
+            preempted.append((t, int(s[1]), s[2].startswith("R")))
             running[core] = nxt
             switches.append((t, core, nxt))
             if nxt in pending:
                 t0, target, idle = pending.pop(nxt)
                 if idle and t - t0 > 1e-3:
                     late.append((t0, t, core))
+
+
+# The thread that serves reviews (and reconciles): tokio's worker.
+REVIEWS = "tokio-rt-worker"
 
 
 def gaps(dump, threshold):
@@ -106,7 +114,7 @@ def occupancy(switches, times, core, a, b):
     return held
 
 
-def cause(a, b, samples, switches, times, late, pid_of, names, host):
+def cause(a, b, samples, switches, times, late, pid_of, names, host, preempted):
     span = b - a
     for core in sorted(samples):
         h = hole(samples[core], a, b)
@@ -124,13 +132,30 @@ def cause(a, b, samples, switches, times, late, pid_of, names, host):
         # Named by the thread that held the core longest: the tokio worker (reviews,
         # reconciles) or one of the host's own threads (compiles, the epoch ticker).
         top = max(mine, key=mine.get)
-        return f"host busy ({names.get(top, top)})", sum(mine.values())
+        name = names.get(top, top)
+        # Another host thread on the core while a review waited: was the review thread
+        # preempted with work to do, or asleep?
+        runnable = name != REVIEWS and off_runnable(a, b, switches, times, preempted, pid_of, names, host) > span / 2
+        return f"host busy ({name}{'; review thread runnable' if runnable else ''})", sum(mine.values())
     for core in sorted(samples):
         other = max(((v, k) for k, v in occupancy(switches, times, core, a, b).items()
                      if k and pid_of.get(k) != host), default=(0, 0))
         if other[0] > span / 2:
             return f"other task on core {core} ({names.get(other[1], other[1])})", other[0]
     return "unexplained", span
+
+
+def off_runnable(a, b, switches, times, preempted, pid_of, names, host):
+    """Seconds of [a, b] the host's review thread spent switched out while runnable."""
+    outs = preempted[bisect.bisect_left(preempted, (a - 0.05,)):bisect.bisect_right(preempted, (b, 1 << 62))]
+    ins = switches[bisect.bisect_left(times, a - 0.05):bisect.bisect_right(times, b)]
+    total = 0.0
+    for t, tid, runnable in outs:
+        if not runnable or names.get(tid) != REVIEWS or pid_of.get(tid) != host:
+            continue
+        back = next((t2 for t2, _, nxt in ins if nxt == tid and t2 > t), b)
+        total += max(0.0, min(back, b) - max(t, a))
+    return total
 
 
 def main():
@@ -140,14 +165,14 @@ def main():
         threshold, args = float(args[1]), args[2:]
     d = args[0]
     host = int(open(os.path.join(d, "host.pid")).read())
-    samples, switches, late, pid_of, names = trace(d)
+    samples, switches, late, pid_of, names, preempted = trace(d)
     times = [s[0] for s in switches]
     total = collections.Counter()
     for dump in sorted(glob.glob(os.path.join(d, "reviews.*")), key=lambda p: int(p.rsplit(".", 1)[1])):
         start, found = gaps(dump, threshold)
         kinds = collections.Counter()
         for a, b in found:
-            why, ms = cause(a, b, samples, switches, times, late, pid_of, names, host)
+            why, ms = cause(a, b, samples, switches, times, late, pid_of, names, host, preempted)
             kinds[why] += 1
             print(f"  {os.path.basename(dump)} +{a - start:6.3f} s  {1e3 * (b - a):5.1f} ms without an answer: {why} ({1e3 * ms:.1f} ms)")
         total.update(kinds)
