@@ -32,7 +32,10 @@ swings on it (`corespeed.describe`; BENCHMARKS.md, issue 23);
 BENCH_BUSY=1: two more rows, the same rate while the host has other work (`busy`): the
 Memcached plugin (WASMOP_BENCH_MEMCACHED, else target/plugins/memcached.wasm) reconciles
 a burst of 100 new Memcacheds and the SidecarSet plugin is hot-reloaded, in every run
-(BENCH_BUSY=burst or =reload: only that one)."""
+(BENCH_BUSY=burst or =reload: only that one). BENCH_RELOAD_EDIT=FILE: the reloads
+alternate between FILE (another build of the plugin, say with one message changed) and
+the plugin, so each brings changed code, not only a new custom section: the host's
+compile reuses what did not change (`runtime::reuse`), all of it for the same code."""
 
 import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
@@ -274,8 +277,9 @@ def busy(plugins, wasm):
         payload = bytes([len(name)]) + name + str(n).encode()
         section = b"\0" + leb128(len(payload)) + payload
         tmp = os.path.join(plugins, ".sidecarset.wasm.new")
+        edit = os.environ.get("BENCH_RELOAD_EDIT")
         with open(tmp, "wb") as f:
-            f.write(open(wasm, "rb").read() + section)
+            f.write(open(edit if edit and n % 2 else wasm, "rb").read() + section)
         os.replace(tmp, os.path.join(plugins, "sidecarset.wasm"))
 
     started = time.time()

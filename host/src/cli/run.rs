@@ -72,6 +72,11 @@ pub struct RunArgs {
     /// The most --compile-cache-dir may hold, in MiB; the least recently used code is evicted first.
     #[arg(long, env = "WASMOP_COMPILE_CACHE_MAX_MIB", default_value_t = 192)]
     compile_cache_max_mib: u64,
+    /// The most memory kept for reuse by plugins' next compiles, in MiB: the optimized code of
+    /// each function of a plugin's last compile, so that a reload recompiles only what changed
+    /// (0: recompile everything).
+    #[arg(long, env = "WASMOP_COMPILE_REUSE_MAX_MIB", default_value_t = 48)]
+    compile_reuse_max_mib: usize,
     /// The most memory a plugin's `wasmop.io/memory-mib` annotation may ask for, in MiB.
     #[arg(long, env = "WASMOP_PLUGIN_MEMORY_CEILING_MIB", default_value_t = 512)]
     plugin_memory_ceiling_mib: usize,
@@ -164,6 +169,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         memory_share: args.plugin_memory_budget_mib.saturating_mul(1 << 20) / 100
             * args.plugin_memory_share_percent as usize,
         cache_max_bytes: args.compile_cache_max_mib.saturating_mul(1 << 20),
+        reuse_max_bytes: args.compile_reuse_max_mib.saturating_mul(1 << 20),
         fuel: args.plugin_fuel > 0,
         compiler: args.plugin_compiler,
         perf_map: args.plugin_perf_map,

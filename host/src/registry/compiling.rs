@@ -113,7 +113,7 @@ impl Registry {
             && !looping
             && format == Format::Component
             && self.runtime.tiered()
-            && let Some(c) = self.compile_ahead(digest, bytes).await?
+            && let Some(c) = self.compile_ahead(digest, name, bytes).await?
         {
             return Ok(self.remember(digest, c));
         }

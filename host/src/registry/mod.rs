@@ -294,6 +294,7 @@ impl Registry {
             }
         };
         if removed {
+            self.runtime.forget_code(name);
             METRICS.plugin_serving(name, None);
             tracing::info!(plugin = %name, "plugin removed");
             let _ = self.events.send(RegistryEvent::Removed { name: name.to_owned() });

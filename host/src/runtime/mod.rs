@@ -18,7 +18,8 @@
 //! per-plugin caps on concurrent instances. Threads go to short calls first; long
 //! calls take turns while short ones are busy (`cpu`), the plugins waiting in rotation
 //! (`lane`). Compiled code may be kept on disk, under a
-//! size cap (`code_cache`).
+//! size cap (`code_cache`), and a plugin's next Cranelift compile reuses the functions
+//! of its last one that did not change (`reuse`).
 
 mod admission;
 mod aside;
@@ -36,6 +37,7 @@ mod lane;
 mod limiter;
 mod niced;
 mod output;
+mod reuse;
 mod script;
 mod throttle;
 mod ticker;
@@ -82,6 +84,8 @@ pub struct Runtime {
     /// Short calls first, long ones take turns (see `cpu`).
     cpu: Arc<cpu::Cpu>,
     code_cache: Option<CodeCache>,
+    /// Each plugin's optimized functions, for its next compile (see `reuse`).
+    reuse: Arc<reuse::Reuse>,
     /// Advances the epoch while a call runs (see `ticker`).
     ticker: ticker::Ticker,
     /// The threads long and heavy calls move to (see `aside`).
@@ -92,7 +96,8 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        let optimizing = Tier::optimizing(&config)?;
+        let reuse = reuse::Reuse::new(config.reuse_max_bytes);
+        let optimizing = Tier::optimizing(&config, &reuse)?;
         let baseline = match config.compiler {
             Compiler::Optimizing => None,
             Compiler::Tiered | Compiler::Baseline => match Tier::baseline(&config) {
@@ -130,6 +135,7 @@ impl Runtime {
             budget: MemoryBudget::new(config.memory_budget, config.memory_share),
             cpu: cpu::Cpu::new(),
             code_cache: config.cache_dir.clone().map(|d| CodeCache::new(d, config.cache_max_bytes)),
+            reuse,
             config,
             parked: Default::default(),
             ticker,
@@ -145,36 +151,49 @@ impl Runtime {
 
     /// Compiles and type-checks plugin bytes: with Winch when tiered (then call
     /// [`Runtime::optimize`] off the hot path), Cranelift code from the cache
-    /// directory when it is there. CPU-heavy: run it off the async runtime
-    /// (`spawn_blocking`).
-    pub fn compile(&self, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
+    /// directory when it is there. `plugin` names whose earlier compiles the Cranelift
+    /// compiles of this code may reuse (`reuse`). CPU-heavy: run it off the async
+    /// runtime (`spawn_blocking`).
+    pub fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
         check_header(bytes)?;
         if let Some(component) = self.cached(bytes) {
-            return Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len()));
+            return Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), plugin));
         }
         if let Some(baseline) = &self.baseline {
             match Component::new(&baseline.engine, bytes) {
-                Ok(component) => return Ok(Compiled::new(baseline.code(&component, false)?, bytes.len())),
+                Ok(component) => return Ok(Compiled::new(baseline.code(&component, false)?, bytes.len(), plugin)),
                 // Winch does not take every proposal Cranelift does; such a plugin
                 // just loads at the slower pace.
                 Err(e) => tracing::debug!("baseline compile failed, using Cranelift: {e:#}"),
             }
         }
-        let component = self.compile_optimized(bytes)?;
-        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len()))
+        let component = self.compile_optimized(Some(plugin), bytes)?;
+        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), plugin))
     }
 
     /// Compiles with Cranelift now (or takes its code from the cache), skipping the
     /// baseline tier: for a reload of a plugin whose current version already runs
     /// optimized code, so the new version does not serve slower code than the old
     /// one did (see `registry::compiling`). CPU-heavy, like `compile`.
-    pub fn compile_optimizing(&self, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
+    pub fn compile_optimizing(&self, plugin: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
         check_header(bytes)?;
         let component = match self.cached(bytes) {
             Some(c) => c,
-            None => self.compile_optimized(bytes)?,
+            None => self.compile_optimized(Some(plugin), bytes)?,
         };
-        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len()))
+        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), plugin))
+    }
+
+    /// Functions Cranelift compiles so far took from their plugin's last compile, and
+    /// compiled themselves (see `reuse`).
+    pub fn reused_functions(&self) -> (u64, u64) {
+        let t = self.reuse.totals();
+        (t.reused, t.compiled)
+    }
+
+    /// Forgets what `plugin`'s compiles kept for its next one (see `reuse`): it was removed.
+    pub fn forget_code(&self, plugin: &str) {
+        self.reuse.forget(plugin);
     }
 
     /// Whether plugins load on baseline code first and tier up later.
@@ -192,7 +211,7 @@ impl Runtime {
     pub fn optimize(&self, c: &Compiled, bytes: &[u8]) -> Result<(), RuntimeError> {
         let component = match self.cached(bytes) {
             Some(c) => c,
-            None => self.compile_optimized(bytes)?,
+            None => self.compile_optimized(Some(&c.plugin), bytes)?,
         };
         c.replace(self.optimizing.code(&component, true)?);
         Ok(())
@@ -202,10 +221,23 @@ impl Runtime {
         self.code_cache.as_ref()?.load(&self.optimizing.engine, bytes)
     }
 
-    /// Compiles with Cranelift and keeps the code in the cache directory, if any.
-    fn compile_optimized(&self, bytes: &[u8]) -> Result<Component, RuntimeError> {
+    /// Compiles with Cranelift, reusing what `plugin`'s last compile made of the
+    /// functions that did not change (None: nothing reused or kept), and keeps the code
+    /// in the cache directory, if any.
+    fn compile_optimized(&self, plugin: Option<&str>, bytes: &[u8]) -> Result<Component, RuntimeError> {
+        let scope = plugin.map(|p| self.reuse.scope(p));
         let component =
             Component::new(&self.optimizing.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
+        if let Some(n) = scope.map(reuse::Scope::commit)
+            && n.reused > 0
+        {
+            tracing::info!(
+                plugin,
+                reused = n.reused,
+                compiled = n.compiled,
+                "functions reused from the plugin's last compile"
+            );
+        }
         if let Some(cache) = &self.code_cache {
             cache.store(&self.optimizing.engine, bytes, &component);
         }
@@ -307,7 +339,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cfg = RuntimeConfig { max_instances: 2, cache_dir: Some(dir.path().into()), ..Default::default() };
         let rt = Runtime::new(cfg).unwrap();
-        rt.compile_optimized(empty_component).unwrap();
+        rt.compile_optimized(None, empty_component).unwrap();
         use std::os::unix::fs::MetadataExt;
         let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
         assert_eq!(files.len(), 1, "one cached artefact");
@@ -315,16 +347,16 @@ mod tests {
         assert!(rt.cached(empty_component).is_some(), "loaded from the cache");
         assert_eq!(std::fs::metadata(&files[0]).unwrap().ino(), inode, "loaded from the cache, not rewritten");
         // It is not a plugin, and says so, whether compiled or cached.
-        assert!(matches!(rt.compile(empty_component), Err(RuntimeError::WrongWorld(_))));
+        assert!(matches!(rt.compile("empty", empty_component), Err(RuntimeError::WrongWorld(_))));
     }
 
     #[test]
     fn rejects_non_wasm_and_core_modules_with_a_reason() {
         let rt = Runtime::new(RuntimeConfig { max_instances: 2, ..Default::default() }).unwrap();
-        let e = rt.compile(b"hello world, not wasm").err().unwrap();
+        let e = rt.compile("x", b"hello world, not wasm").err().unwrap();
         assert!(matches!(e, RuntimeError::NotAComponent(ref m) if m.contains("not WebAssembly")), "{e}");
         let core = b"\0asm\x01\0\0\0";
-        let e = rt.compile(core).err().unwrap();
+        let e = rt.compile("x", core).err().unwrap();
         assert!(matches!(e, RuntimeError::NotAComponent(ref m) if m.contains("core WebAssembly module")), "{e}");
     }
 }

@@ -77,7 +77,7 @@ impl Runtime {
     /// script's messages (`memcached.js:3:8`).
     pub fn compile_as(&self, format: Format, name: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
         match format {
-            Format::Component => self.compile(bytes),
+            Format::Component => self.compile(name, bytes),
             Format::Script => {
                 let text = std::str::from_utf8(bytes)
                     .map_err(|e| RuntimeError::NotAComponent(format!("{name}.js is not UTF-8 text: {e}")))?;
@@ -116,7 +116,7 @@ impl Runtime {
             _ => {
                 let component = match self.cached(&bytes) {
                     Some(c) => c,
-                    None => self.compile_optimized(&bytes)?,
+                    None => self.compile_optimized(None, &bytes)?,
                 };
                 self.optimizing.code(&component, true)?
             }

@@ -53,7 +53,7 @@ pub(super) struct Tier {
 }
 
 impl Tier {
-    pub fn optimizing(config: &RuntimeConfig) -> Result<Tier, RuntimeError> {
+    pub fn optimizing(config: &RuntimeConfig, reuse: &Arc<super::reuse::Reuse>) -> Result<Tier, RuntimeError> {
         let mut pool = PoolingAllocationConfig::default();
         // Room for every running call plus the parked warm instances (see `warm`).
         let n = config.max_instances.max(1) + super::warm::HOST_WIDE as u32;
@@ -66,6 +66,10 @@ impl Tier {
             .total_stacks(n + 2);
         let mut cfg = base_config(config);
         cfg.strategy(Strategy::Cranelift).allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        if config.reuse_max_bytes > 0 {
+            cfg.enable_incremental_compilation(reuse.clone())
+                .map_err(|e| RuntimeError::Compile(format!("engine: {e}")))?;
+        }
         Tier::new(&cfg)
     }
 
@@ -151,16 +155,20 @@ pub struct Compiled {
     /// A script plugin's source, read by the engine through the `script` import; its
     /// code is the engine's, shared with every other script plugin.
     pub(super) script: Option<Arc<super::script::Script>>,
+    /// The plugin whose compiles this code's tier-up may reuse (`reuse`): the name it
+    /// was first compiled for.
+    pub(super) plugin: Arc<str>,
 }
 
 impl Compiled {
-    pub(super) fn new(code: Code, size: usize) -> Compiled {
+    pub(super) fn new(code: Code, size: usize, plugin: &str) -> Compiled {
         Compiled {
             code: Arc::new(ArcSwap::from_pointee(code)),
             size,
             idle: Default::default(),
             source: Default::default(),
             script: None,
+            plugin: plugin.into(),
         }
     }
 
@@ -172,6 +180,7 @@ impl Compiled {
             idle: Default::default(),
             source: Default::default(),
             script: Some(script),
+            plugin: "".into(),
         }
     }
 
