@@ -228,11 +228,11 @@ impl Runtime {
         let scope = plugin.map(|p| self.reuse.scope(p));
         let component =
             Component::new(&self.optimizing.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
-        if let Some(n) = scope.map(reuse::Scope::commit)
+        if let (Some(n), Some(plugin)) = (scope.map(reuse::Scope::commit), plugin)
             && n.reused > 0
         {
             tracing::info!(
-                plugin,
+                plugin = %plugin,
                 reused = n.reused,
                 compiled = n.compiled,
                 "functions reused from the plugin's last compile"
