@@ -186,6 +186,7 @@ bench-smoke:
 	scripts/bench-rollout.py --quick
 	scripts/bench-scripts.py 3 2
 	cargo run -q -p wasmop --example review_cost -- $(WASM_OUT)/sidecarset.wasm $(WASM_OUT)/sidecarset.wasm 20
+	cargo run -q -p wasmop --example reload_compile -- $(WASM_OUT)/probe.wasm $(WASM_OUT)/probe-v2.wasm 1
 
 clean: demo-down
 	cargo clean

@@ -106,7 +106,8 @@ def main():
             ["taskset", "-c", "0", HOST, "run", "--plugins-dir", plugins, *identity, "--metrics-bind-address", "127.0.0.1:0",
              "--webhooks", "--webhook-bind-address", f"127.0.0.1:{port}",
              "--webhook-cert-file", os.path.join(tmp, "tls.crt"), "--webhook-key-file", os.path.join(tmp, "tls.key")],
-            env=dict(ENV, TOKIO_WORKER_THREADS="1", WASMOP_LOG="warn,wasmop::cli=info,wasmop::registry=info"),
+            env=dict(ENV, TOKIO_WORKER_THREADS="1", WASMOP_LOG="warn,wasmop::cli=info,wasmop::registry=info,wasmop::runtime=info,"
+                       "wasmop::runtime::host=warn,wasmop::runtime::output=warn,wasmop::runtime::script=warn"),
             stdout=log, stderr=log)
         try:
             wait_ready(os.path.join(tmp, "host.log"))

@@ -185,10 +185,10 @@ impl Runtime {
     }
 
     /// Functions Cranelift compiles so far took from their plugin's last compile, and
-    /// compiled themselves (see `reuse`).
-    pub fn reused_functions(&self) -> (u64, u64) {
+    /// compiled themselves; and the bytes kept for the next compiles (see `reuse`).
+    pub fn reused_functions(&self) -> (u64, u64, usize) {
         let t = self.reuse.totals();
-        (t.reused, t.compiled)
+        (t.reused, t.compiled, self.reuse.bytes())
     }
 
     /// Forgets what `plugin`'s compiles kept for its next one (see `reuse`): it was removed.

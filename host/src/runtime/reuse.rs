@@ -6,8 +6,8 @@
 //! plugin compiles with it before the new version serves (`registry::ahead`), on the
 //! core that serves reviews. Most of an edited plugin is the code it was before
 //! (serde, the SDK, the standard library): for the 1.6 MB SidecarSet plugin, a whole
-//! compile took 1.58 s here, and after its previous version had compiled, 0.36 s for
-//! the same code, 0.38 s with one constant changed, 1.08 s with one message changed
+//! compile took 1.6 s here, and after its previous version had compiled, 0.38 s for
+//! the same code or with one constant changed, 1.17 s with one message changed
 //! (the message's length moved the addresses of the data after it, so every
 //! function that reads those changed too). `host/examples/reload_compile.rs` measures
 //! it; BENCHMARKS.md, issue 23.
@@ -31,7 +31,7 @@
 //!
 //! Caveats: Winch asks no store, so only Cranelift compiles reuse. With the store on,
 //! Cranelift hashes every function and copies out each one it compiles: a first compile
-//! took 3–7 % longer (the same example). A compile outside any scope (the JavaScript
+//! took 5–12 % longer (the same example). A compile outside any scope (the JavaScript
 //! engine's, a test's) pays that and keeps nothing. Kept code lives in memory only; a
 //! restart starts every line empty (the code cache on disk keeps whole plugins).
 
