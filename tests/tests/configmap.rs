@@ -144,7 +144,9 @@ fn pack_apply_hot_reload_reject_and_remove() -> Result<()> {
     // That compile took v2's functions from v2's tier-up (`runtime::reuse`), and the code
     // made of them serves the next reconcile just the same.
     let logs = host.logs();
-    let reused = logs.lines().find(|l| l.contains("functions reused from the plugin's last compile plugin=probe"));
+    let reused = logs
+        .lines()
+        .find(|l| l.contains("functions reused from the plugin's last compile line=") && l.contains("#probe "));
     assert!(reused.is_some(), "v2b's compile reused none of v2's functions");
     apply(&probe_cm(&ns.0, "a", "2c")).map_err(|e| anyhow!(e))?;
     expect(&ns.0, "a", "2c", "v2")?;

@@ -74,11 +74,11 @@ impl Registry {
     pub(super) async fn compile_ahead(
         &self,
         digest: [u8; 32],
-        name: &str,
+        line: &str,
         bytes: &Arc<[u8]>,
     ) -> Result<Option<Compiled>, RuntimeError> {
-        let (rt, b, name) = (self.runtime.clone(), bytes.clone(), name.to_owned());
-        self.ahead_of_time(digest, move || rt.compile_optimizing(&name, &b)).await
+        let (rt, b, line) = (self.runtime.clone(), bytes.clone(), line.to_owned());
+        self.ahead_of_time(digest, move || rt.compile_optimizing(&line, &b)).await
     }
 
     /// [`Registry::compile_ahead`] with the compile itself given.

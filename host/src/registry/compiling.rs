@@ -98,7 +98,8 @@ impl Registry {
         &self,
         digest: [u8; 32],
         format: Format,
-        name: &str,
+        // The plugin's name, and its line for reused functions (`Place::reuse_line`).
+        (name, line): (&str, &str),
         bytes: &Arc<[u8]>,
         next_after: Duration,
         ahead: bool,
@@ -113,7 +114,7 @@ impl Registry {
             && !looping
             && format == Format::Component
             && self.runtime.tiered()
-            && let Some(c) = self.compile_ahead(digest, name, bytes).await?
+            && let Some(c) = self.compile_ahead(digest, line, bytes).await?
         {
             return Ok(self.remember(digest, c));
         }
@@ -125,10 +126,12 @@ impl Registry {
             if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
                 return Ok(Got::Shared(c));
             }
-            let (rt, b, name) = (self.runtime.clone(), bytes.clone(), name.to_owned());
+            // A component's Cranelift compiles reuse by line; a script is named in its messages.
+            let label = if format == Format::Component { line } else { name };
+            let (rt, b, label) = (self.runtime.clone(), bytes.clone(), label.to_owned());
             let job = move || {
                 let _turn = turn;
-                rt.compile_as(format, &name, &b)
+                rt.compile_as(format, &label, &b)
             };
             let c = if looping {
                 at_low_priority("wasmop-looping", Priority::Nice(LOOP_NICE), job).await?
@@ -326,8 +329,9 @@ mod tests {
         // Another plugin's first load holds the compile turn.
         let _held = registry.compiling.clone().acquire_owned().await.unwrap();
         let bytes: Arc<[u8]> = Arc::from(&b"\0asm not a component"[..]);
-        let compile =
-            |digest, next_after| registry.compile(digest, Format::Component, "loop", &bytes, next_after, false);
+        let compile = |digest, next_after| {
+            registry.compile(digest, Format::Component, ("loop", "loop"), &bytes, next_after, false)
+        };
         // In a loop: compiled (and refused: these bytes are no component) without waiting.
         let looped = tokio::time::timeout(Duration::from_secs(30), compile([1; 32], LOOPING_FROM)).await;
         let e = looped.expect("a looping version waited for another plugin's compile").err().expect("refused");

@@ -201,7 +201,8 @@ impl Registry {
                 _replacing = Some(self.replacing.begin(&cur.sha256));
             }
         }
-        let compiled = self.compile(code_key, spec.format, &spec.name, &spec.bytes, next_after, ahead).await?;
+        let line = spec.place().reuse_line(&spec.name);
+        let compiled = self.compile(code_key, spec.format, (&spec.name, &line), &spec.bytes, next_after, ahead).await?;
         let mut manifest = self.runtime.manifest(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
         narrow(&mut manifest, &spec.narrowing)?;
         let handlers = self.runtime.handlers(&compiled, &spec.name, &spec.settings, &spec.limits).await?;
@@ -282,7 +283,10 @@ impl Registry {
             let mut plugins = self.plugins.lock().unwrap();
             let held = plugins.get(name).map(|h| h.load_full());
             match held {
-                Some(p) if p.place() == Place::of(origin, origin_object) => plugins.remove(name).is_some(),
+                Some(p) if p.place() == Place::of(origin, origin_object) => {
+                    self.runtime.forget_code(&p.place().reuse_line(name));
+                    plugins.remove(name).is_some()
+                }
                 Some(p) => {
                     tracing::info!(
                         plugin = %name, origin = %origin, serving_from = %p.origin,
@@ -294,7 +298,6 @@ impl Registry {
             }
         };
         if removed {
-            self.runtime.forget_code(name);
             METRICS.plugin_serving(name, None);
             tracing::info!(plugin = %name, "plugin removed");
             let _ = self.events.send(RegistryEvent::Removed { name: name.to_owned() });

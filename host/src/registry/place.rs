@@ -17,6 +17,20 @@ impl PluginSpec {
     }
 }
 
+impl Place<'_> {
+    /// Plugin `name` from this place, as the runtime keeps its compiled functions for its
+    /// next compile (`runtime::reuse`): a name that another place takes later (once the
+    /// first has removed it) starts afresh, and never reuses the first place's code.
+    pub fn reuse_line(&self, name: &str) -> String {
+        match self {
+            Place::Object(o) => {
+                format!("{}/{}/{}/{}#{name}", o.api_version, o.kind, o.namespace.as_deref().unwrap_or(""), o.name)
+            }
+            Place::Dir(dir) => format!("dir:{dir}#{name}"),
+        }
+    }
+}
+
 /// Where a plugin comes from, as far as owning its name goes: the object it came from
 /// (a ConfigMap, whichever key), or else the directory of its file (`dir:/plugins`).
 #[derive(Debug, PartialEq, Eq)]
@@ -85,5 +99,20 @@ mod tests {
         assert_eq!(Place::of("dir:/plugins/foo.wasm.gz", None), file);
         assert_ne!(Place::of("dir:/other/foo.wasm", None), file);
         assert!(claim_from("foo", "dir:/plugins/foo.wasm", file, Place::of("dir:/other/foo.wasm", None)).is_err());
+    }
+
+    #[test]
+    fn a_name_another_place_takes_later_has_a_reuse_line_of_its_own() {
+        let cm = |ns: &str, name: &str| ObjectRef::new(&KindRef::new("v1", "ConfigMap"), Some(ns), name);
+        let (a, b, other_ns) = (cm("ns", "a"), cm("ns", "b"), cm("other", "a"));
+        let line = |origin, object| Place::of(origin, object).reuse_line("foo");
+        let first = line("configmap:ns/a#foo.wasm", Some(&a));
+        assert_eq!(line("configmap:ns/a#foo.wasm.gz", Some(&a)), first, "a new version from the same ConfigMap");
+        assert_ne!(line("configmap:ns/b#foo.wasm", Some(&b)), first);
+        assert_ne!(line("configmap:other/a#foo.wasm", Some(&other_ns)), first);
+        assert_ne!(line("dir:/plugins/foo.wasm", None), first);
+        assert_eq!(line("dir:/plugins/foo.wasm", None), line("dir:/plugins/foo.wasm.gz", None));
+        assert_ne!(line("dir:/plugins/foo.wasm", None), line("dir:/other/foo.wasm", None));
+        assert_ne!(Place::of("configmap:ns/a#foo.wasm", Some(&a)).reuse_line("bar"), first, "another name");
     }
 }

@@ -151,37 +151,38 @@ impl Runtime {
 
     /// Compiles and type-checks plugin bytes: with Winch when tiered (then call
     /// [`Runtime::optimize`] off the hot path), Cranelift code from the cache
-    /// directory when it is there. `plugin` names whose earlier compiles the Cranelift
-    /// compiles of this code may reuse (`reuse`). CPU-heavy: run it off the async
-    /// runtime (`spawn_blocking`).
-    pub fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
+    /// directory when it is there. `line` names whose earlier Cranelift compiles the
+    /// compiles of this code may reuse (`reuse`; the registry's is the plugin's name
+    /// within the place it comes from). CPU-heavy: run it off the async runtime
+    /// (`spawn_blocking`).
+    pub fn compile(&self, line: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
         check_header(bytes)?;
         if let Some(component) = self.cached(bytes) {
-            return Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), plugin));
+            return Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), line));
         }
         if let Some(baseline) = &self.baseline {
             match Component::new(&baseline.engine, bytes) {
-                Ok(component) => return Ok(Compiled::new(baseline.code(&component, false)?, bytes.len(), plugin)),
+                Ok(component) => return Ok(Compiled::new(baseline.code(&component, false)?, bytes.len(), line)),
                 // Winch does not take every proposal Cranelift does; such a plugin
                 // just loads at the slower pace.
                 Err(e) => tracing::debug!("baseline compile failed, using Cranelift: {e:#}"),
             }
         }
-        let component = self.compile_optimized(Some(plugin), bytes)?;
-        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), plugin))
+        let component = self.compile_optimized(Some(line), bytes)?;
+        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), line))
     }
 
     /// Compiles with Cranelift now (or takes its code from the cache), skipping the
     /// baseline tier: for a reload of a plugin whose current version already runs
     /// optimized code, so the new version does not serve slower code than the old
     /// one did (see `registry::compiling`). CPU-heavy, like `compile`.
-    pub fn compile_optimizing(&self, plugin: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
+    pub fn compile_optimizing(&self, line: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
         check_header(bytes)?;
         let component = match self.cached(bytes) {
             Some(c) => c,
-            None => self.compile_optimized(Some(plugin), bytes)?,
+            None => self.compile_optimized(Some(line), bytes)?,
         };
-        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), plugin))
+        Ok(Compiled::new(self.optimizing.code(&component, true)?, bytes.len(), line))
     }
 
     /// Functions Cranelift compiles so far took from their plugin's last compile, and
@@ -191,9 +192,9 @@ impl Runtime {
         (t.reused, t.compiled, self.reuse.bytes())
     }
 
-    /// Forgets what `plugin`'s compiles kept for its next one (see `reuse`): it was removed.
-    pub fn forget_code(&self, plugin: &str) {
-        self.reuse.forget(plugin);
+    /// Forgets what `line`'s compiles kept for its next one (see `reuse`): it was removed.
+    pub fn forget_code(&self, line: &str) {
+        self.reuse.forget(line);
     }
 
     /// Whether plugins load on baseline code first and tier up later.
@@ -211,7 +212,7 @@ impl Runtime {
     pub fn optimize(&self, c: &Compiled, bytes: &[u8]) -> Result<(), RuntimeError> {
         let component = match self.cached(bytes) {
             Some(c) => c,
-            None => self.compile_optimized(Some(&c.plugin), bytes)?,
+            None => self.compile_optimized(Some(&c.line), bytes)?,
         };
         c.replace(self.optimizing.code(&component, true)?);
         Ok(())
@@ -221,18 +222,18 @@ impl Runtime {
         self.code_cache.as_ref()?.load(&self.optimizing.engine, bytes)
     }
 
-    /// Compiles with Cranelift, reusing what `plugin`'s last compile made of the
+    /// Compiles with Cranelift, reusing what `line`'s last compile made of the
     /// functions that did not change (None: nothing reused or kept), and keeps the code
     /// in the cache directory, if any.
-    fn compile_optimized(&self, plugin: Option<&str>, bytes: &[u8]) -> Result<Component, RuntimeError> {
-        let scope = plugin.map(|p| self.reuse.scope(p));
+    fn compile_optimized(&self, line: Option<&str>, bytes: &[u8]) -> Result<Component, RuntimeError> {
+        let scope = line.map(|l| self.reuse.scope(l));
         let component =
             Component::new(&self.optimizing.engine, bytes).map_err(|e| RuntimeError::Compile(format!("{e:#}")))?;
-        if let (Some(n), Some(plugin)) = (scope.map(reuse::Scope::commit), plugin)
+        if let (Some(n), Some(line)) = (scope.map(reuse::Scope::commit), line)
             && n.reused > 0
         {
             tracing::info!(
-                plugin = %plugin,
+                line = %line,
                 reused = n.reused,
                 compiled = n.compiled,
                 "functions reused from the plugin's last compile"

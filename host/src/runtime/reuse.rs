@@ -15,19 +15,25 @@
 //! How: Cranelift's incremental cache asks a store for each function, by a sha256 of
 //! the function's IR and the compiler's settings, and offers each function it compiled.
 //! [`Reuse`] is that store for the optimizing engine. It answers only inside a
-//! [`Scope`], which `Runtime` opens around one compile of one plugin (its *line*, the
-//! plugin's name) on the compiling thread (compiles run on one thread, `tiers`).
+//! [`Scope`], which `Runtime` opens around one compile of one plugin (its *line*: the
+//! registry's is the plugin's name within the place it comes from, so a name another
+//! place takes later starts afresh) on the compiling thread (compiles run on one
+//! thread, `tiers`).
 //! Within it, a function is looked up among what this compile has met so far, then
 //! among what the line's last compile kept. When the compile succeeds, the functions
 //! it used, found or compiled, become what the line keeps; those of the previous
 //! version that the new one no longer has go.
 //!
-//! Guarantees: a compile reuses only code that its own plugin's compiles made, never
+//! Guarantees: a compile reuses only code that its own line's compiles made, never
 //! another plugin's, even where their functions are the same: what one tenant's bytes
-//! put in the store cannot end up in another's code. A compile that fails leaves its
-//! line as it was. What all lines keep, and what compiles under way have added, stays
-//! within the cap: the lines used least recently go first, and a compile that would
-//! still pass it keeps compiling, without keeping.
+//! put in the store cannot end up in another's code. (Code the registry shares by
+//! sha256 tiers up on the line it was first compiled for: the same bytes, so the same
+//! functions.) A compile that fails leaves its line as it was. What all lines keep,
+//! and what compiles under way have added, is counted against the cap (each function's
+//! code, key and bookkeeping): the lines compiled least recently go first, and a
+//! compile that would still pass it keeps compiling, without keeping. Caveat: a compile
+//! under way holds its line's functions as they were when it began, counted or not,
+//! until it ends (at most one line per compile; they run one or two at a time).
 //!
 //! Caveats: Winch asks no store, so only Cranelift compiles reuse. With the store on,
 //! Cranelift hashes every function and copies out each one it compiles: a first compile
@@ -43,6 +49,15 @@ use std::sync::{Arc, Mutex};
 
 /// Compiled functions by their key (Cranelift's sha256 of the function and settings).
 type Functions = HashMap<Box<[u8]>, Arc<[u8]>>;
+
+/// What one kept function costs beside its code: its key, the map's slot and the
+/// `Arc`'s counts, about.
+const ENTRY: usize = 96;
+
+/// What a function counts against the cap.
+fn cost(code: &[u8]) -> usize {
+    code.len() + ENTRY
+}
 
 /// See the module docs.
 pub(super) struct Reuse {
@@ -98,6 +113,8 @@ thread_local! {
 /// [`Scope::commit`], it leaves the line as it was.
 pub(super) struct Scope<'a> {
     reuse: &'a Reuse,
+    /// Its compile's state lives on the thread that opened it: the scope stays there.
+    _here: std::marker::PhantomData<*const ()>,
 }
 
 /// What one compile took from its line and compiled itself, in functions.
@@ -126,11 +143,11 @@ impl Reuse {
             reused: 0,
             compiled: 0,
         };
-        PENDING.with(|p| {
-            let previous = p.borrow_mut().replace(pending);
-            debug_assert!(previous.is_none(), "compiles do not nest");
-        });
-        Scope { reuse: self }
+        // Compiles do not nest; if one were left open here, what it added goes back.
+        if let Some(left) = PENDING.with(|p| p.borrow_mut().replace(pending)) {
+            self.lines.lock().unwrap().bytes -= left.added;
+        }
+        Scope { reuse: self, _here: std::marker::PhantomData }
     }
 
     /// Drops what plugin `line` keeps (it was removed).
@@ -158,11 +175,12 @@ impl Reuse {
 }
 
 impl Lines {
-    /// Makes room for `more` bytes by dropping the lines used least recently, other
-    /// than `line`; whether it fits now.
+    /// Makes room for `more` bytes by dropping the lines compiled least recently, other
+    /// than `line`; whether it fits now. Drops nothing when even that would not do.
     fn room(&mut self, cap: usize, more: usize, line: &str) -> bool {
-        if more > cap {
-            return false;
+        let others: usize = self.kept.iter().filter(|(l, _)| &***l != line).map(|(_, k)| k.bytes).sum();
+        if self.bytes - others + more > cap {
+            return self.bytes + more <= cap;
         }
         while self.bytes + more > cap {
             let oldest = self.kept.iter().filter(|(l, _)| &***l != line).min_by_key(|(_, k)| k.used);
@@ -210,7 +228,7 @@ impl wasmtime::CacheStore for Reuse {
                 return Some(f.to_vec());
             }
             let f = p.before.as_ref()?.get(key)?.clone();
-            p.next_bytes += f.len();
+            p.next_bytes += cost(&f);
             p.next.insert(key.into(), f.clone());
             p.reused += 1;
             self.reused.fetch_add(1, Relaxed);
@@ -223,14 +241,18 @@ impl wasmtime::CacheStore for Reuse {
         self.pending(|p| {
             p.compiled += 1;
             self.compiled.fetch_add(1, Relaxed);
+            let n = cost(&value);
             let mut lines = self.lines.lock().unwrap();
-            if !lines.room(self.cap, value.len(), &p.line) {
+            if !lines.room(self.cap, n, &p.line) {
                 return false;
             }
-            lines.bytes += value.len();
-            p.added += value.len();
-            p.next_bytes += value.len();
-            p.next.insert(key.into(), value.into());
+            lines.bytes += n;
+            p.added += n;
+            p.next_bytes += n;
+            // Offered again (a kept one Cranelift could not read back): counted once.
+            if let Some(old) = p.next.insert(key.into(), value.into()) {
+                p.next_bytes -= cost(&old);
+            }
             true
         })
         .unwrap_or(false)
@@ -238,142 +260,4 @@ impl wasmtime::CacheStore for Reuse {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use wasmtime::CacheStore;
-
-    /// What Cranelift does for one function: ask, and offer what it compiled on a miss.
-    fn compile(r: &Reuse, key: &str, code: &str) -> Vec<u8> {
-        match r.get(key.as_bytes()) {
-            Some(found) => found.into_owned(),
-            None => {
-                r.insert(key.as_bytes(), code.as_bytes().to_vec());
-                code.as_bytes().to_vec()
-            }
-        }
-    }
-
-    #[test]
-    fn a_plugin_reuses_its_own_functions_and_no_one_elses() {
-        let r = Reuse::new(1 << 20);
-        let s = r.scope("a");
-        compile(&r, "f", "code of f");
-        compile(&r, "g", "code of g");
-        assert_eq!(s.commit(), Counts { reused: 0, compiled: 2 });
-        let s = r.scope("a");
-        assert_eq!(compile(&r, "f", "new code"), b"code of f");
-        compile(&r, "h", "code of h");
-        assert_eq!(s.commit(), Counts { reused: 1, compiled: 1 });
-        // Plugin b has an f too: it compiles its own.
-        let s = r.scope("b");
-        assert_eq!(compile(&r, "f", "b's f"), b"b's f");
-        assert_eq!(s.commit(), Counts { reused: 0, compiled: 1 });
-        // a keeps what its last compile used: f and h, not g.
-        let s = r.scope("a");
-        assert_eq!(compile(&r, "g", "g again"), b"g again");
-        assert_eq!(compile(&r, "h", "other"), b"code of h");
-        assert_eq!(s.commit(), Counts { reused: 1, compiled: 1 });
-        assert_eq!(r.totals(), Counts { reused: 2, compiled: 5 });
-    }
-
-    #[test]
-    fn outside_a_compile_nothing_is_found_or_kept() {
-        let r = Reuse::new(1 << 20);
-        assert!(!r.insert(b"f", b"code".to_vec()));
-        assert!(r.get(b"f").is_none());
-        // Another runtime's scope on this thread is not this one's.
-        let other = Reuse::new(1 << 20);
-        let _s = other.scope("a");
-        assert!(!r.insert(b"f", b"code".to_vec()));
-        assert_eq!(r.bytes(), 0);
-    }
-
-    #[test]
-    fn a_failed_compile_leaves_its_line_as_it_was() {
-        let r = Reuse::new(1 << 20);
-        let s = r.scope("a");
-        compile(&r, "f", "code of f");
-        s.commit();
-        let kept = r.bytes();
-        let s = r.scope("a");
-        compile(&r, "g", "code of g");
-        assert!(r.bytes() > kept, "a compile under way counts");
-        drop(s);
-        assert_eq!(r.bytes(), kept);
-        let s = r.scope("a");
-        assert_eq!(compile(&r, "f", "x"), b"code of f");
-        assert_eq!(compile(&r, "g", "x"), b"x");
-        s.commit();
-    }
-
-    #[test]
-    fn the_cap_drops_the_line_used_least_recently() {
-        let r = Reuse::new(100);
-        for line in ["a", "b"] {
-            let s = r.scope(line);
-            compile(&r, "f", &"x".repeat(40));
-            s.commit();
-        }
-        assert_eq!(r.bytes(), 80);
-        // c needs 40 more: a, the older, goes.
-        let s = r.scope("c");
-        compile(&r, "f", &"y".repeat(40));
-        s.commit();
-        assert_eq!(r.bytes(), 80);
-        let s = r.scope("a");
-        assert_eq!(compile(&r, "f", "z"), b"z", "a was dropped");
-        s.commit();
-        let s = r.scope("b");
-        assert_eq!(compile(&r, "f", "z"), "x".repeat(40).as_bytes(), "b was kept");
-        s.commit();
-        assert_eq!(r.bytes(), 81);
-        // A function over the cap is compiled but not kept, and drops no line for it.
-        let s = r.scope("d");
-        assert!(!r.insert(b"big", vec![0; 101]));
-        s.commit();
-        assert_eq!(r.bytes(), 81);
-        // A removed plugin's functions go.
-        r.forget("a");
-        assert_eq!(r.bytes(), 80);
-    }
-
-    /// A component holding one core module whose functions add `consts` to their
-    /// argument, one function per constant.
-    fn component(consts: &[u8]) -> Vec<u8> {
-        let section = |id: u8, body: Vec<u8>| [vec![id, body.len() as u8], body].concat();
-        let n = consts.len() as u8;
-        let types = section(1, vec![1, 0x60, 1, 0x7f, 1, 0x7f]);
-        let funcs = section(3, [vec![n], vec![0; n as usize]].concat());
-        // Each body: no locals; local.get 0, i32.const c, i32.add, end.
-        let bodies: Vec<u8> = consts.iter().flat_map(|&c| [7, 0, 0x20, 0, 0x41, c & 0x3f, 0x6a, 0x0b]).collect();
-        let code = section(10, [vec![n], bodies].concat());
-        let module = [b"\0asm\x01\0\0\0".to_vec(), types, funcs, code].concat();
-        [b"\0asm\x0d\0\x01\0".to_vec(), section(1, module)].concat()
-    }
-
-    #[test]
-    fn cranelift_recompiles_only_the_functions_that_changed() {
-        use super::super::{Runtime, RuntimeConfig};
-        let rt = Runtime::new(RuntimeConfig { max_instances: 2, ..Default::default() }).unwrap();
-        let compile = |plugin: &str, consts: &[u8]| {
-            let before = rt.reuse.totals();
-            rt.compile_optimized(Some(plugin), &component(consts)).unwrap();
-            let after = rt.reuse.totals();
-            (after.reused - before.reused, after.compiled - before.compiled)
-        };
-        let (reused, first) = compile("a", &[1, 2, 3, 4]);
-        assert_eq!(reused, 0);
-        assert!(first >= 4, "each function compiled: {first}");
-        // One function changed: it alone is compiled; the three others (and whatever
-        // else wasmtime compiles for the module) come from the first compile.
-        assert_eq!(compile("a", &[1, 2, 3, 5]), (first - 1, 1));
-        // The same code for another plugin: compiled afresh.
-        assert_eq!(compile("b", &[1, 2, 3, 5]), (0, first));
-        // Off: nothing kept, nothing reused.
-        let off = Runtime::new(RuntimeConfig { max_instances: 2, reuse_max_bytes: 0, ..Default::default() }).unwrap();
-        for _ in 0..2 {
-            off.compile_optimized(Some("a"), &component(&[1, 2])).unwrap();
-        }
-        assert_eq!((off.reuse.totals(), off.reuse.bytes()), (Counts::default(), 0));
-    }
-}
+mod tests;

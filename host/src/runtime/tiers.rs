@@ -66,6 +66,8 @@ impl Tier {
             .total_stacks(n + 2);
         let mut cfg = base_config(config);
         cfg.strategy(Strategy::Cranelift).allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // The store knows whose compile asks by the compiling thread (`reuse`): it relies
+        // on `base_config`'s one-thread compiles.
         if config.reuse_max_bytes > 0 {
             cfg.enable_incremental_compilation(reuse.clone())
                 .map_err(|e| RuntimeError::Compile(format!("engine: {e}")))?;
@@ -155,20 +157,21 @@ pub struct Compiled {
     /// A script plugin's source, read by the engine through the `script` import; its
     /// code is the engine's, shared with every other script plugin.
     pub(super) script: Option<Arc<super::script::Script>>,
-    /// The plugin whose compiles this code's tier-up may reuse (`reuse`): the name it
-    /// was first compiled for.
-    pub(super) plugin: Arc<str>,
+    /// Whose compiles this code's tier-up may reuse (`reuse`): the line it was first
+    /// compiled for. Code shared by sha256 is the same bytes under another name, so
+    /// its functions are that name's too.
+    pub(super) line: Arc<str>,
 }
 
 impl Compiled {
-    pub(super) fn new(code: Code, size: usize, plugin: &str) -> Compiled {
+    pub(super) fn new(code: Code, size: usize, line: &str) -> Compiled {
         Compiled {
             code: Arc::new(ArcSwap::from_pointee(code)),
             size,
             idle: Default::default(),
             source: Default::default(),
             script: None,
-            plugin: plugin.into(),
+            line: line.into(),
         }
     }
 
@@ -180,7 +183,7 @@ impl Compiled {
             idle: Default::default(),
             source: Default::default(),
             script: Some(script),
-            plugin: "".into(),
+            line: "".into(),
         }
     }
 
