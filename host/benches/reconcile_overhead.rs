@@ -49,7 +49,7 @@ fn case(
 ) -> Case {
     let bytes = std::fs::read(plugins_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e} (run `make plugins`)"));
     let (name, format) = wasmop::runtime::Format::of_key(file).expect("a plugin file");
-    let compiled = rt.compile_as(format, name, &bytes).expect("compile");
+    let compiled = rt.compile_as(format, name, name, &bytes).expect("compile");
     let manifest = tokio.block_on(rt.manifest(&compiled, "bench", settings, &Limits::default())).expect("manifest");
     let mem = Arc::new(MemoryBackend::default());
     for s in seed {

@@ -35,7 +35,7 @@ fn main() {
     let rt = Arc::new(Runtime::new(RuntimeConfig { compiler: Compiler::Optimizing, ..Default::default() }).unwrap());
     let bytes = std::fs::read(plugin).expect("read the plugin");
     let name = std::path::Path::new(plugin).file_stem().and_then(|s| s.to_str()).unwrap_or("plugin");
-    let compiled = rt.compile_as(wasmop::runtime::Format::Component, name, &bytes).expect("compile");
+    let compiled = rt.compile_as(wasmop::runtime::Format::Component, name, name, &bytes).expect("compile");
     let manifest = tokio.block_on(rt.manifest(&compiled, "bench", "", &Limits::default())).expect("manifest");
     let mem = Arc::new(MemoryBackend::default());
     for s in seed {

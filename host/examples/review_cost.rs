@@ -63,7 +63,8 @@ fn main() {
         .iter()
         .map(|plugin| {
             let bytes = std::fs::read(plugin).expect("read the plugin");
-            let compiled = rt.compile_as(wasmop::runtime::Format::Component, "sidecarset", &bytes).expect("compile");
+            let compiled =
+                rt.compile_as(wasmop::runtime::Format::Component, "sidecarset", "sidecarset", &bytes).expect("compile");
             let manifest = tokio.block_on(rt.manifest(&compiled, "bench", "", &limits)).expect("manifest");
             let mem = Arc::new(MemoryBackend::default());
             let backend: Arc<dyn Backend> = mem.clone();

@@ -78,7 +78,7 @@ pub(crate) async fn load(
     let (name, format) = wasmop::runtime::Format::of_key(file).unwrap_or(("plugin", Default::default()));
     let compiled = {
         let (rt, b, name) = (rt.clone(), bytes.clone(), name.to_owned());
-        tokio::task::spawn_blocking(move || rt.compile_as(format, &name, &b)).await??
+        tokio::task::spawn_blocking(move || rt.compile_as(format, &name, &name, &b)).await??
     };
     Ok((rt, compiled, bytes))
 }

@@ -126,12 +126,10 @@ impl Registry {
             if let Some(c) = self.compiled.lock().unwrap().get(&digest).and_then(Weak::upgrade) {
                 return Ok(Got::Shared(c));
             }
-            // A component's Cranelift compiles reuse by line; a script is named in its messages.
-            let label = if format == Format::Component { line } else { name };
-            let (rt, b, label) = (self.runtime.clone(), bytes.clone(), label.to_owned());
+            let (rt, b, name, line) = (self.runtime.clone(), bytes.clone(), name.to_owned(), line.to_owned());
             let job = move || {
                 let _turn = turn;
-                rt.compile_as(format, &label, &b)
+                rt.compile_as(format, &name, &line, &b)
             };
             let c = if looping {
                 at_low_priority("wasmop-looping", Priority::Nice(LOOP_NICE), job).await?

@@ -79,9 +79,10 @@ pub struct RuntimeConfig {
     /// Why 192 MiB: the deployment's cache volume is a 256 Mi emptyDir, and a compiled
     /// plugin is a few MiB.
     pub cache_max_bytes: u64,
-    /// The most memory the functions plugins' compiles keep for their next compile may
-    /// take (see `reuse`; 0: none kept). Why 48 MiB: the 1.6 MB SidecarSet plugin's take
-    /// 6–9 MiB, so a few plugins' fit within the room the memory budget leaves the host.
+    /// The most memory the compiled functions kept for plugins' next compiles may take
+    /// (see `reuse`; 0: none kept). Why 48 MiB: the 1.6 MB SidecarSet plugin keeps about
+    /// 5.5 MiB (and holds its old ones beside them while a reload compiles), so a few
+    /// plugins' fit within the room the memory budget leaves the host.
     pub reuse_max_bytes: usize,
     /// Meter fuel, so `Limits::fuel` can bound the work of one call. Off by default:
     /// the wall-clock deadline already bounds a call, and metering costs some speed.

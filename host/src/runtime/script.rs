@@ -74,10 +74,11 @@ fn engine_path() -> Option<PathBuf> {
 
 impl Runtime {
     /// [`Runtime::compile`] for bytes of either format; `name` names the plugin in a
-    /// script's messages (`memcached.js:3:8`).
-    pub fn compile_as(&self, format: Format, name: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
+    /// script's messages (`memcached.js:3:8`), `line` is whose earlier Cranelift
+    /// compiles a component's may reuse (`Runtime::compile`).
+    pub fn compile_as(&self, format: Format, name: &str, line: &str, bytes: &[u8]) -> Result<Compiled, RuntimeError> {
         match format {
-            Format::Component => self.compile(name, bytes),
+            Format::Component => self.compile(line, bytes),
             Format::Script => {
                 let text = std::str::from_utf8(bytes)
                     .map_err(|e| RuntimeError::NotAComponent(format!("{name}.js is not UTF-8 text: {e}")))?;
@@ -151,7 +152,7 @@ mod tests {
     #[test]
     fn a_script_that_is_not_text_is_refused_with_the_reason() {
         let rt = Runtime::new(super::super::RuntimeConfig { max_instances: 2, ..Default::default() }).unwrap();
-        let e = rt.compile_as(Format::Script, "bad", &[0xff, 0xfe, 0]).err().unwrap();
+        let e = rt.compile_as(Format::Script, "bad", "bad", &[0xff, 0xfe, 0]).err().unwrap();
         assert!(e.to_string().contains("bad.js is not UTF-8 text"), "{e}");
     }
 }
