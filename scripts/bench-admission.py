@@ -40,7 +40,7 @@ compile reuses what did not change (`runtime::reuse`), all of it for the same co
 import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
 import corespeed, wakeups
-from benchlib import ENV, HOST, build, control_plane_on, control_plane_pids, cpu_seconds, grant_dir, kubectl, steal_on, wait_ready
+from benchlib import ENV, HOST, build, control_plane_on, control_plane_pids, cpu_seconds, grant_dir, kubectl, steal_on, thread_cpu, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = "--quick" in sys.argv
@@ -48,6 +48,8 @@ RUNS, SECS, CONNS = (1, 2, 4) if QUICK else (int(os.environ.get("BENCH_RUNS", 5)
 # The goal's rate, offered for the latency row (BENCH_RATE to try another).
 RATE = 200 if QUICK else int(os.environ.get("BENCH_RATE", 5000))
 BUSY = {"1": {"burst", "reload"}, "burst": {"burst"}, "reload": {"reload"}}.get(os.environ.get("BENCH_BUSY", ""), set())
+# BENCH_LOAD_NICE=-10: the load generator at that nice value (root only).
+LOAD_NICE = ["nice", "-n", os.environ["BENCH_LOAD_NICE"]] if os.environ.get("BENCH_LOAD_NICE") else []
 WITH = " and a ".join({"burst": "burst of 100 Memcacheds", "reload": "hot reload"}[b] for b in sorted(BUSY))
 
 SIDECARSET = """apiVersion: apps.kruise.io/v1alpha1
@@ -128,7 +130,7 @@ def main():
             # would measure Winch's code and the compile beside it.
             tiered_up(os.path.join(tmp, "host.log"))
             url = f"https://127.0.0.1:{port}/sidecarset/inject-pod"
-            load = ["taskset", "-c", "1", LOAD, "run", url, os.path.join(tmp, "ca.crt"), str(CONNS)]
+            load = ["taskset", "-c", "1", *LOAD_NICE, LOAD, "run", url, os.path.join(tmp, "ca.crt"), str(CONNS)]
             warm_env = {k: v for k, v in ENV.items() if k != "ADMISSION_LOAD_DUMP"}
             subprocess.run(load + ["2"], check=True, capture_output=True, env=warm_env)  # warm-up, not dumped
             # Throughput: each connection sends as soon as it is answered. Latency: the
@@ -163,6 +165,11 @@ def main():
     if BUSY:
         report(f"same, evenly spaced, with a {WITH}", busy_even)
         report(f"same, Poisson, with a {WITH}", busy_poisson)
+        names = sorted({n for r in BUSY_THREADS for n in r}, key=lambda n: -statistics.median(r.get(n, 0) for r in BUSY_THREADS))
+        print("\nbusy runs, the host's CPU by thread (median s per run; range): " + ", ".join(
+            f"{n} {statistics.median(r.get(n, 0) for r in BUSY_THREADS):.2f} "
+            f"({min(r.get(n, 0) for r in BUSY_THREADS):.2f}–{max(r.get(n, 0) for r in BUSY_THREADS):.2f})"
+            for n in names if max(r.get(n, 0) for r in BUSY_THREADS) >= 0.01))
     print(f"\n{machine}")
 
 
@@ -244,6 +251,8 @@ def control_plane_paused():
 
 
 RUN = iter(range(1, 1 << 20))
+# Each busy run's host CPU by thread name (seconds), for the line below the rows.
+BUSY_THREADS = []
 
 MEMCACHED = "apiVersion: cache.example.com/v1alpha1\nkind: Memcached\nmetadata: {{name: m{i}, namespace: {ns}}}\nspec: {{size: 1}}\n"
 BURSTS = iter(range(1, 1 << 20))
@@ -304,7 +313,7 @@ def measure(pid, load, beside=None):
     dump = os.path.join(os.environ["BENCH_TRACE"], "reviews") if os.environ.get("BENCH_TRACE") else os.environ.get("ADMISSION_LOAD_DUMP")
     if dump:
         env["ADMISSION_LOAD_DUMP"] = f"{dump}.{next(RUN)}"
-    cpu, steal = cpu_seconds(pid), []
+    cpu, steal, threads = cpu_seconds(pid), [], thread_cpu(pid)
     with steal_on(0, steal):
         other = threading.Thread(target=beside) if beside else None
         if other:
@@ -313,6 +322,9 @@ def measure(pid, load, beside=None):
         if other:
             other.join()
     cpu = cpu_seconds(pid) - cpu
+    if beside:
+        after = thread_cpu(pid)
+        BUSY_THREADS.append({n: after[n] - threads.get(n, 0.0) for n in after})
     row = [float(x) for x in out]
     # The host's CPU per review: unlike reviews/s, time other tenants of the machine
     # take from the host's core does not count in it.

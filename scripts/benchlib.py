@@ -161,6 +161,20 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu(pid):
+    """User and system CPU time of each thread of process `pid` so far, summed by thread
+    name (threads of one name, say a runtime's workers, together)."""
+    out = {}
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name, rest = open(f"/proc/{pid}/task/{t}/stat").read().split("(", 1)[1].rsplit(")", 1)
+        except OSError:
+            continue  # ended meanwhile
+        fields = rest.split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def review_dump(path):
     """An ADMISSION_LOAD_DUMP file (`host/examples/admission_load.rs`): its start as Unix
     time and each review's (send time in s from the start, latency in ms)."""

@@ -53,6 +53,12 @@ pub struct RunArgs {
     /// (`SCHED_IDLE`), only the CPU webhooks and short reconciles leave.
     #[arg(long, env = "WASMOP_LONG_CALL_NICE", default_value_t = wasmop::runtime::ASIDE_PRIORITY)]
     long_call_nice: wasmop::runtime::Priority,
+    /// The nice value (0-19) of the threads controllers run on (their watches, queues and
+    /// reconciles): the kernel serves webhooks first and gives reconciles the share this value
+    /// leaves them while reviews keep the host busy. 0: the webhooks' own rank. `idle`: idle
+    /// priority, only the CPU webhooks leave.
+    #[arg(long, env = "WASMOP_RECONCILE_NICE", default_value_t = wasmop::controllers::RECONCILE_PRIORITY)]
+    reconcile_nice: wasmop::runtime::Priority,
     /// Wasm instances alive at once, host-wide.
     #[arg(long, env = "WASMOP_MAX_INSTANCES", default_value_t = 64)]
     max_instances: u32,
@@ -244,8 +250,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let client = kube.client().clone();
     let min_requeue = Duration::from_millis(args.min_requeue_ms);
     let reconcile_share = args.reconcile_share_percent;
-    let shared =
-        Arc::new(Shared { kube, runtime, workers: args.workers, health, caches, min_requeue, reconcile_share });
+    // As many reconcile threads as the host's runtime has workers.
+    let threads = tokio::runtime::Handle::current().metrics().num_workers();
+    let apart = wasmop::controllers::Apart::start(threads, args.reconcile_nice)
+        .context("cannot start the reconcile threads")?;
+    let reconciles = apart.handle();
+    let shared = Arc::new(Shared {
+        kube,
+        runtime,
+        workers: args.workers,
+        health,
+        caches,
+        min_requeue,
+        reconcile_share,
+        reconciles,
+    });
     // Controllers stop taking work and drain in-flight reconciles; whatever is still
     // running after the grace period is abandoned (reconciles are idempotent, and the
     // next leader or start converges it).

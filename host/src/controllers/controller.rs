@@ -19,18 +19,15 @@ use super::backoff::Backoff;
 use super::queue::Queue;
 use super::selector::Selecting;
 use super::watches::{self, Role, Seen, Source};
-use crate::gateway::{
-    Backend, Cached, Caches, EventType, Gateway, KindCache, KubeBackend, ObjectRef, OwnWrites, PluginCache,
-};
+use crate::gateway::{Cached, Caches, KindCache, KubeBackend, ObjectRef, OwnWrites, PluginCache};
 use crate::health::Health;
-use crate::metrics::{METRICS, labels};
 use crate::registry::Handle;
 use crate::runtime::Runtime;
 use futures::StreamExt;
 use kube::runtime::watcher;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
 use wasmop_sdk::Mapping;
 
@@ -55,6 +52,9 @@ pub struct Shared {
     /// change nothing else may take while events about it keep coming (see
     /// [`super::pace`]); 100: no bound.
     pub reconcile_share: u8,
+    /// Where controllers run: the reconcile threads ([`super::Apart`]), ranked below
+    /// the threads that serve webhooks.
+    pub reconciles: tokio::runtime::Handle,
 }
 
 type Cache = crate::gateway::ObjectCache;
@@ -116,7 +116,7 @@ pub(super) async fn run(
     let mut workers = tokio::task::JoinSet::new();
     let spawn_workers = |workers: &mut tokio::task::JoinSet<()>| {
         for _ in 0..shared.workers.max(1) {
-            let w = Worker {
+            let w = super::worker::Worker {
                 handle: handle.clone(),
                 shared: shared.clone(),
                 queue: queue.clone(),
@@ -312,108 +312,4 @@ fn on_event(
 fn same_group(a: &str, b: &str) -> bool {
     let g = |v: &str| v.rsplit_once('/').map(|(g, _)| g.to_owned()).unwrap_or_default();
     g(a) == g(b)
-}
-
-struct Worker {
-    handle: Handle,
-    shared: Arc<Shared>,
-    queue: Arc<Queue<ObjectRef>>,
-    cache: Cache,
-    backoff: Arc<Mutex<Backoff<ObjectRef>>>,
-    /// Where reconciles record their writes to their primary (see [`OwnWrites`]).
-    own: Option<Arc<OwnWrites>>,
-}
-
-impl Worker {
-    async fn run(self) {
-        while let Some(key) = self.queue.next().await {
-            let plugin = self.handle.load().name.clone();
-            METRICS.queue_depth.get_or_create(&labels(&[("plugin", &plugin)])).set(self.queue.depth() as i64);
-            let started = Instant::now();
-            let acted = self.reconcile(&key).await;
-            self.queue.done(&key, super::pace::cooldown(started.elapsed(), acted, self.shared.reconcile_share));
-        }
-    }
-
-    /// Reconciles `key`; true if the reconcile changed objects other than `key` (a step
-    /// whose successor should not wait, see [`super::pace`]).
-    async fn reconcile(&self, key: &ObjectRef) -> bool {
-        let plugin = self.handle.load_full();
-        let current = self.cache.lock().unwrap().get(key).cloned();
-        let current_text = current.as_ref().map(|c| &*c.text);
-        let backend: Arc<dyn Backend> = match self.shared.kube.for_identity(plugin.identity.as_ref()) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(plugin = %plugin.name, object = %key, "cannot act as the plugin: {e}");
-                let delay = self.backoff.lock().unwrap().fail(key);
-                self.queue.add_after(key.clone(), delay);
-                return false;
-            }
-        };
-        let gateway = Gateway::new(&plugin.name, plugin.permissions.clone(), backend)
-            .with_cache(self.shared.caches.get(&plugin.name, plugin.identity.as_ref()))
-            .reconciling(key.clone(), self.own.clone());
-        let started = Instant::now();
-        let result = self
-            .shared
-            .runtime
-            .reconcile(&plugin.compiled, gateway.clone(), key, current_text, &plugin.settings, &plugin.limits)
-            .await;
-        let elapsed = started.elapsed();
-        let p = plugin.name.as_str();
-        METRICS.reconcile_seconds.get_or_create(&labels(&[("plugin", p)])).observe(elapsed.as_secs_f64());
-        // A retryable failure straight after a write refused for a stale
-        // resourceVersion: routine with cached reads, so no Warning Event and no warning.
-        let conflict = matches!(&result, Ok(Err(e)) if e.retry && gateway.ended_in_conflict());
-        let outcome = match &result {
-            Ok(Ok(_)) => "ok",
-            Ok(Err(_)) if conflict => "conflict",
-            Ok(Err(_)) => "error",
-            Err(_) => "fault",
-        };
-        METRICS.reconciles.get_or_create(&labels(&[("plugin", p), ("result", outcome)])).inc();
-        match result {
-            Ok(Ok(action)) => {
-                self.backoff.lock().unwrap().reset(key);
-                tracing::debug!(plugin = %plugin.name, object = %key, ?elapsed, requeue = ?action.requeue_after, "reconciled");
-                if let Some(asked) = action.requeue_after {
-                    let after = asked.max(self.shared.min_requeue);
-                    if after > asked {
-                        tracing::debug!(plugin = p, object = %key, ?asked, ?after, "requeue-after below the minimum");
-                    }
-                    self.queue.add_after(key.clone(), after);
-                }
-            }
-            Ok(Err(e)) => {
-                let message = crate::gateway::truncate(&e.message, 4096);
-                if conflict {
-                    tracing::info!(plugin = %plugin.name, object = %key, "reconcile hit a conflict, retrying: {message}");
-                } else {
-                    tracing::warn!(plugin = %plugin.name, object = %key, retry = e.retry, "reconcile failed: {message}");
-                }
-                if current.is_some() && !conflict {
-                    gateway.report(key, EventType::Warning, "ReconcileFailed", &e.message).await;
-                }
-                if e.retry {
-                    METRICS.retries.get_or_create(&labels(&[("plugin", p)])).inc();
-                    let delay = self.backoff.lock().unwrap().fail(key);
-                    self.queue.add_after(key.clone(), delay);
-                } else {
-                    self.backoff.lock().unwrap().reset(key);
-                }
-            }
-            Err(fault) => {
-                tracing::error!(plugin = %plugin.name, object = %key, fault = fault.kind(), "plugin fault: {fault}");
-                METRICS.faults.get_or_create(&labels(&[("plugin", p), ("kind", fault.kind())])).inc();
-                METRICS.retries.get_or_create(&labels(&[("plugin", p)])).inc();
-                if current.is_some() {
-                    let msg = format!("plugin {} faulted ({}): {fault}", plugin.name, fault.kind());
-                    gateway.report(key, EventType::Warning, "PluginFault", &msg).await;
-                }
-                let delay = self.backoff.lock().unwrap().fail(key);
-                self.queue.add_after(key.clone(), delay);
-            }
-        }
-        gateway.changed_others()
-    }
 }

@@ -2,13 +2,16 @@
 //! reports plugins loaded, replaced and removed. See [`controller`] for one plugin's
 //! loop and [`Manager`] for their lifecycle.
 
+pub mod apart;
 mod backoff;
 pub mod controller;
 mod pace;
 mod queue;
 mod selector;
 mod watches;
+mod worker;
 
+pub use apart::{Apart, RECONCILE_PRIORITY};
 pub use backoff::Backoff;
 pub use controller::Shared;
 pub use queue::Queue;
@@ -40,7 +43,8 @@ impl Running {
     pub fn spawn(name: String, handle: Handle, shared: Arc<Shared>) -> Running {
         let (ending, ends) = watch::channel(Ending::Running);
         let resync = Arc::new(Notify::new());
-        let task = tokio::spawn(controller::run(name, handle, shared, ends, resync.clone()));
+        // On the reconcile threads (`apart`), below the webhooks' rank.
+        let task = shared.reconciles.spawn(controller::run(name, handle, shared.clone(), ends, resync.clone()));
         Running { ending, resync, task: Some(task) }
     }
 

@@ -22,6 +22,7 @@
 
 use crate::defaults::{HASH, HASH_WITHOUT_IMAGE, NOT_UPDATE, accepted_hashes, current_hashes};
 use crate::inject::{pod_hash, set_pod_hash};
+use crate::pod_state::{active, consistent, labels_of, mid_update, ready, restarting};
 use crate::types::{SidecarSet, SidecarSetStatus};
 use crate::{hot, inplace, order, pods, revision, scope, upgradable};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -284,53 +285,6 @@ fn partition(v: Option<&IntOrString>, total: i32) -> usize {
         keep -= 1;
     }
     keep.clamp(0, i64::from(total)) as usize
-}
-
-/// A Pod that still runs or will (Kruise's `IsPodActive`): not being deleted, and not
-/// Succeeded or Failed, which a SidecarSet neither counts nor updates.
-fn active(p: &Value) -> bool {
-    p["metadata"]["deletionTimestamp"].is_null()
-        && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
-}
-
-/// A Pod that has every container of the set (Kruise's `IsPodConsistentWithSidecarSet`):
-/// one whose sidecar was since removed, or a set that gained a container after the Pod
-/// was injected, is neither counted nor rolled, since an in-place update cannot add a
-/// container.
-/// A Pod's labels (borrowed from the Pod, not cloned as a JSON tree first).
-fn labels_of(p: &Value) -> BTreeMap<String, String> {
-    let labels = p["metadata"]["labels"].as_object().into_iter().flatten();
-    labels.filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect()
-}
-
-fn consistent(p: &Value, ss: &SidecarSet) -> bool {
-    let has = |n: &str| p["spec"]["containers"].as_array().is_some_and(|cs| cs.iter().any(|c| c["name"] == n));
-    ss.spec.containers.iter().all(|c| if hot::is_hot(c) { hot::has_pair(p, c) } else { has(&c.container.name) })
-}
-
-fn ready(p: &Value) -> bool {
-    p["status"]["phase"] == "Running"
-        && p["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-}
-
-/// A sidecar of `ss` (both of a hot-upgraded pair) not yet running what the Pod's
-/// spec says (`inplace`).
-fn restarting(p: &Value, ss: &SidecarSet) -> bool {
-    let names = hot::names_in_pod(ss);
-    !inplace::consistent(p, ss.metadata.name.as_deref().unwrap_or(""), &names.iter().map(String::as_str).collect())
-}
-
-/// A sidecar that reports ready while it does not yet run what the spec says: an
-/// update is under way (Kruise's `IsSidecarSetUpgradable` "not consistent").
-fn mid_update(p: &Value, ss: &SidecarSet) -> bool {
-    let set = ss.metadata.name.as_deref().unwrap_or("");
-    let statuses = p["status"]["containerStatuses"].as_array().into_iter().flatten();
-    let ready: Vec<&str> = statuses.filter(|s| s["ready"] == true).filter_map(|s| s["name"].as_str()).collect();
-    hot::names_in_pod(ss)
-        .iter()
-        .any(|n| ready.contains(&n.as_str()) && !inplace::consistent(p, set, &BTreeSet::from([n.as_str()])))
 }
 
 /// Sets the images of this SidecarSet's containers in the Pod's spec (for a

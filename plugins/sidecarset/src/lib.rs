@@ -53,6 +53,7 @@ mod names;
 pub mod order;
 pub mod patch;
 pub mod pin;
+mod pod_state;
 mod pods;
 mod quantity;
 pub mod resources;
