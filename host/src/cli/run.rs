@@ -255,8 +255,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let apart = wasmop::controllers::Apart::start(threads, args.reconcile_nice)
         .context("cannot start the reconcile threads")?;
     let reconciles = apart.handle();
+    // Reconciles get cluster clients of their own, made on their threads (see
+    // `KubeBackend::with_own_clients`): no review waits on a reconcile thread.
+    let reconcile_kube = {
+        let _on = reconciles.enter();
+        Arc::new(kube.with_own_clients().context("cannot build the reconciles' cluster client")?)
+    };
     let shared = Arc::new(Shared {
-        kube,
+        kube: reconcile_kube,
         runtime,
         workers: args.workers,
         health,

@@ -5,8 +5,9 @@
 //! Why: an admission webhook sits in the path of every Pod the cluster creates and is
 //! waited on; a reconcile is eventually consistent and nobody waits on its millisecond.
 //! On one runtime the two took turns as equals, so a reconcile burst's work stood
-//! between reviews at their own rank. On threads of their own at a nice value the
-//! kernel runs a review thread first when it wakes, and the burst takes the rest.
+//! between reviews at their own rank. On threads of their own at nice 5 they get about
+//! a quarter of a core that reviews keep busy (weight 335 against 1024), and a review
+//! thread that wakes runs at the next scheduler tick at the latest.
 //! Measured (BENCHMARKS.md, issue 23, 2026-12-07): 100 Memcacheds created beside 5,000
 //! SidecarSet reviews/s cost these threads 0.34–0.55 s of CPU per 10 s run; the
 //! reviews' p99 in those runs did not move beyond this machine's spread, so what holds
@@ -14,29 +15,37 @@
 //! this is the rank a webhook host owes its webhooks rather than a measured cure.
 //!
 //! Flow: [`super::Running::spawn`] spawns each controller here; whatever a controller
-//! spawns (its workers, its requeue timers) and the connections its requests open are
-//! this runtime's too. The manager and the Lease stay on the host's runtime, so
-//! leadership is renewed at the host's own rank. A plugin call that computes long
-//! still moves to the aside threads (`runtime::aside`), from here as from anywhere.
+//! spawns (its workers, its requeue timers) is this runtime's too, and so are the
+//! controllers' cluster clients (`KubeBackend::with_own_clients`, made here): a
+//! client's request queue and connections are served by the runtime that made them,
+//! so reviews, on clients of their own, never wait on a reconcile thread. The manager
+//! and the Lease stay on the host's runtime, so leadership is renewed at the host's
+//! own rank. A plugin call that computes long still moves to the aside threads
+//! (`runtime::aside`), from here as from anywhere.
 //!
 //! Caveats:
 //! - While webhooks keep every core busy, reconciles get the share the nice value
 //!   leaves them (at the default 5 about a quarter of a core, at 10 a tenth; at `idle`
 //!   only what the webhooks leave, so a flood of reviews can hold every reconcile back
-//!   until its deadline).
-//!   On a host that is not saturated they run at once.
-//! - A reconcile preempted while it holds a lock that reviews take (a watch cache's)
-//!   holds them up for that short copy.
-//! - The host's own cluster client was built on the host's runtime; only its
-//!   connections opened by reconciles are served here.
+//!   until its deadline). On a host that is not saturated they run at once.
+//! - A reconcile thread preempted while it holds a lock that reviews take holds them
+//!   up until it runs again: a watch cache's, which some controller steps hold for a
+//!   scan of the whole cache (a re-list's gone objects, a resync's keys, a selector's
+//!   matches), so on a saturated core a review reading that cache may wait a tick.
+//! - Each plugin identity has two sets of connections to the apiserver, one for its
+//!   reconciles and one for its reviews.
+//! - A deposed leader aborts its reconciles on these threads within the Lease's margin
+//!   (5 s by default) or exits (`cli::election`); at `idle` under a flood of reviews
+//!   they may not run in time, and the host then exits, webhooks included. Keep a nice
+//!   value with `--leader-elect`.
 
 use crate::runtime::Priority;
 
 /// The reconcile threads' rank by default. Why nice 5: weight 335 against a review
 /// thread's 1024, so while reviews saturate a core reconciles still get about a
-/// quarter of it (a burst finishes, a deadline of 30 s holds), yet the kernel runs a
-/// waking review thread first. Lower than the aside threads' 10: a short reconcile
-/// ranks above a long call.
+/// quarter of it (a burst finishes, a deadline of 30 s holds), and a review thread
+/// that wakes runs at the next scheduler tick at the latest. Lower than the aside
+/// threads' 10: a short reconcile ranks above a long call.
 pub const RECONCILE_PRIORITY: Priority = Priority::Nice(5);
 
 /// The runtime controllers run on; dropping it lets its threads end (without waiting

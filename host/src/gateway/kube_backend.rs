@@ -41,6 +41,15 @@ impl KubeBackend {
         Self::build(config, instance, None, Resources::default())
     }
 
+    /// Another backend of this host, sharing its discovery cache, with clients (and so
+    /// connections) of its own, made on the current runtime. Why: a client's request
+    /// queue and its connections are served by the runtime that made them, and the
+    /// reconcile threads (`controllers::apart`) rank below the reviews' runtime; with
+    /// one client for both, a review's request could wait on a reconcile thread.
+    pub fn with_own_clients(&self) -> Result<Self, kube::Error> {
+        Self::build(self.config.clone(), &self.instance, self.identity.clone(), self.resources.clone())
+    }
+
     fn build(
         config: kube::Config,
         instance: &str,

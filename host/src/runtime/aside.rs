@@ -18,8 +18,8 @@
 //! (its work is heavy or faulting when it is admitted, or it has computed for `LONG`),
 //! the rest of it is spawned at its next yield on the aside runtime (as many worker
 //! threads as the host's own, all at the configured priority), and the caller awaits
-//! it there, with the host's runtime still the current one for what the call spawns or
-//! times. The lane still applies on the aside threads: while short calls are busy,
+//! it there, with the runtime it began on (the host's, or the reconcile threads') still
+//! the current one for what the call spawns or times. The lane still applies on the aside threads: while short calls are busy,
 //! long ones together get about a tick per `PACE`, and the kernel preempts that tick.
 //!
 //! Guarantees: the caller keeps the deadline; when it drops the call (deadline passed,
@@ -107,7 +107,7 @@ impl Aside {
 
     /// `f` polled in place until its meter says it goes aside, then on the aside runtime;
     /// None if the aside runtime dropped it (it shuts down with the host). Called on
-    /// the host's runtime, whose handle the moved part keeps (see [`Entered`]).
+    /// the runtime the call began on, whose handle the moved part keeps (see [`Entered`]).
     pub(super) fn run<T: Send + 'static>(&self, f: Moveable<T>, meter: Arc<Meter>) -> Moving<T> {
         let home = tokio::runtime::Handle::try_current().ok();
         Moving { state: State::Here(f), meter, aside: self.clone(), home }
@@ -140,7 +140,7 @@ pub(super) struct Moving<T> {
 /// A moved call's future, polled (and dropped) with the runtime it began on as the
 /// current one. Why: what a host call spawns (the cluster client's new connections are
 /// tasks, and so is what its pool starts when a connection is dropped) and the timers
-/// it sets belong to the host's runtime, not to low-priority threads that would serve other
+/// it sets belong to the runtime the call began on, not to low-priority threads that would serve other
 /// plugins' requests on a pooled connection at the aside threads' share.
 struct Entered<T> {
     inner: Option<Moveable<T>>,
