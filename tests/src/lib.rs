@@ -277,7 +277,7 @@ pub fn wait_for_ca_bundle(name: &str) -> Result<()> {
 /// in log order. The timestamp is the log's RFC 3339 prefix, comparable as text.
 ///
 /// A start is the probe's `probe reconcile` line. An end is its `probe done` line, or the
-/// controller's line for a reconcile that ended early: a conflict retried (a stale
+/// worker's line (`controllers::worker`) for a reconcile that ended early: a conflict retried (a stale
 /// cached read; quiet by design, so no WARN) or an error the plugin returned. Without those, a
 /// reconcile that returned on a conflict would look as if it never ended, and the
 /// retry as a second reconcile running beside it.
@@ -290,7 +290,7 @@ pub fn probe_intervals(log: &str) -> Vec<(String, bool, String)> {
             let start = l.contains("probe reconcile ");
             let name = if start || l.contains("probe done ") {
                 l.split("name=").nth(1)?.split_whitespace().next()?.to_owned()
-            } else if l.contains("wasmop::controllers::controller:") && EARLY_ENDS.iter().any(|e| l.contains(e)) {
+            } else if l.contains("wasmop::controllers::worker:") && EARLY_ENDS.iter().any(|e| l.contains(e)) {
                 // `object=<group/version>/<Kind> <namespace>/<name>`
                 let object = l.rsplit("object=").next()?.split_whitespace().nth(1)?;
                 object.rsplit('/').next()?.to_owned()
@@ -301,6 +301,24 @@ pub fn probe_intervals(log: &str) -> Vec<(String, bool, String)> {
             Some((ts, start, name))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod probe_intervals_tests {
+    /// The host's own lines, as it logs them: a conflict ends a reconcile, so the retry
+    /// after it is not a second reconcile beside the first. (A log target moved once and
+    /// an e2e test saw a conflict-ended reconcile as still running.)
+    #[test]
+    fn a_conflict_logged_by_the_worker_ends_the_reconcile() {
+        let log = "\
+2026-12-07T13:31:16.2Z  INFO wasmop::runtime::host: probe reconcile name=o0 mode=normal plugin=\"probe\"
+2026-12-07T13:31:16.3Z  INFO wasmop::controllers::worker: reconcile hit a conflict, retrying: conflict: x plugin=probe object=v1/ConfigMap ns/o0
+2026-12-07T13:31:16.4Z  INFO wasmop::runtime::host: probe reconcile name=o0 mode=normal plugin=\"probe\"
+";
+        let ends: Vec<(bool, String)> =
+            super::probe_intervals(log).into_iter().map(|(_, start, name)| (start, name)).collect();
+        assert_eq!(ends, [(true, "o0".into()), (false, "o0".into()), (true, "o0".into())]);
+    }
 }
 
 pub mod memcached;
