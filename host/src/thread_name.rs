@@ -41,6 +41,21 @@ impl Drop for Named {
     }
 }
 
+/// Returns once no thread of this process is named `name` (a test's check that the
+/// threads of something it dropped ended); panics after 10 s.
+#[cfg(test)]
+pub(crate) async fn until_none_named(name: &str) {
+    let gone = std::time::Instant::now();
+    while std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+    {
+        assert!(gone.elapsed() < std::time::Duration::from_secs(10), "{name} threads are still running");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;

@@ -112,14 +112,6 @@ mod tests {
         assert_eq!(here().1, before);
         // Dropped inside async code: returns, and the threads end.
         drop(apart);
-        let gone = std::time::Instant::now();
-        while std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .flatten()
-            .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "wasmop-recon"))
-        {
-            assert!(gone.elapsed() < std::time::Duration::from_secs(10), "the reconcile threads are still running");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        crate::thread_name::until_none_named("wasmop-recon").await;
     }
 }

@@ -87,14 +87,6 @@ mod tests {
         assert!(nice.parse::<i32>().unwrap() >= SOURCES_NICE, "nice {nice}");
         // The driver goes: the thread ends although `Forever` never would.
         drop(rx);
-        let gone = std::time::Instant::now();
-        while std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .flatten()
-            .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "wasmop-sources"))
-        {
-            assert!(gone.elapsed() < std::time::Duration::from_secs(10), "the sources thread is still running");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        crate::thread_name::until_none_named("wasmop-sources").await;
     }
 }
