@@ -176,8 +176,9 @@ def main():
     polled = [(name, rows) for name, rows in (("closed loop", closed), ("evenly", opened), ("Poisson", poisson),
               ("busy evenly", busy_even), ("busy Poisson", busy_poisson)) if rows and max(r[8] for r in rows) > 0]
     if polled:
-        print("\nthe idle poller's CPU (median s per run, left out of the CPU per review above): " +
-              ", ".join(f"{name} {statistics.median(r[8] for r in rows):.2f}" for name, rows in polled))
+        print("\nthe idle poller's CPU, left out of the CPU per review above (median per run: s, and µs per review): " +
+              ", ".join(f"{name} {statistics.median(r[8] for r in rows):.2f} s, "
+                        f"{statistics.median(r[8] / max(r[0] * SECS, 1) * 1e6 for r in rows):.0f} µs" for name, rows in polled))
     print(f"\n{machine}")
 
 
@@ -344,7 +345,7 @@ def measure(pid, load, beside=None):
 def report(setup, rows):
     """One table row: medians over runs of reviews/s, p50, p99 (with its range), p99.9
     and the slowest review (the longest any review waited: a stall shows here even
-    when it is too short to move p99), host CPU per review, errors, and the most steal
+    when it is too short to move p99), host CPU per review (the idle poller's apart), errors, and the most steal
     any run saw on the host's core (time the hypervisor gave other guests: on a shared
     VM, a run with steal times the neighbours as much as the host)."""
     rps, p50, p99, cpu, p999, worst = (statistics.median(r[i] for r in rows) for i in (0, 1, 2, 6, 4, 5))

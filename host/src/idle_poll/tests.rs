@@ -1,17 +1,23 @@
 use super::*;
 
+/// One test at a time: each has a spinner of its own pinned where its parks were, and
+/// two at once would take each other's CPU time on a small machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The spinner's CPU time so far (`schedstat`'s first field, in nanoseconds).
 fn cpu_ns(tid: i32) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
     text.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-/// The spinner's scheduling policy (`stat`'s 41st field; 5 is SCHED_IDLE) and name.
-fn policy_and_name(tid: i32) -> (u32, String) {
+/// A field of the spinner's `stat`, counted from 1 as in proc(5) (3 and on).
+fn stat_field(tid: i32, field: usize) -> String {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
-    let (name, rest) = stat.split_once(" (").unwrap().1.rsplit_once(") ").unwrap();
-    // `rest` starts at the 3rd field (state); the policy is the 41st.
-    (rest.split_whitespace().nth(38).unwrap().parse().unwrap(), name.to_owned())
+    stat.rsplit_once(") ").unwrap().1.split_whitespace().nth(field - 3).unwrap().to_owned()
 }
 
 /// A poller whose spinner runs at the test's own rank: at idle priority a busy test
@@ -31,7 +37,7 @@ fn started_at(window: Duration, priority: Priority) -> (IdlePoll, i32) {
     (poll, tid)
 }
 
-/// What spinning looks like from outside: CPU time the spinner spent over `wait`.
+/// CPU time the spinner spent over `wait`.
 fn spent_over(tid: i32, wait: Duration) -> Duration {
     let before = cpu_ns(tid);
     std::thread::sleep(wait);
@@ -40,6 +46,7 @@ fn spent_over(tid: i32, wait: Duration) -> Duration {
 
 #[test]
 fn a_park_keeps_the_core_busy_for_the_window_then_the_spinner_sleeps_until_the_next() {
+    let _serial = serial();
     let window = Duration::from_millis(60);
     let (poll, tid) = started(window);
     // Before any park it sleeps.
@@ -48,12 +55,12 @@ fn a_park_keeps_the_core_busy_for_the_window_then_the_spinner_sleeps_until_the_n
     for round in 0..2 {
         let start = cpu_ns(tid);
         poll.parked();
-        // It spins through the window (this test's thread sleeps meanwhile, so the
-        // spinner is not short of a core unless the machine is)...
+        // It spins through the window (this thread sleeps meanwhile)...
         std::thread::sleep(window + Duration::from_millis(100));
         let spun = Duration::from_nanos(cpu_ns(tid) - start);
-        assert!(spun >= window / 3, "round {round}: a park was followed by {spun:?} of spinning");
-        assert!(spun < window * 3, "round {round}: spun {spun:?}, past the {window:?} window");
+        assert!(spun >= window / 4, "round {round}: a park was followed by only {spun:?} of spinning");
+        // CPU time cannot pass wall time, and the spin ends with its window.
+        assert!(spun < window * 2, "round {round}: spun {spun:?}, past the {window:?} window");
         // ...and sleeps once it has passed: the next park wakes it again.
         let after = spent_over(tid, Duration::from_millis(100));
         assert!(after < Duration::from_millis(5), "round {round}: spun {after:?} after its window");
@@ -61,31 +68,46 @@ fn a_park_keeps_the_core_busy_for_the_window_then_the_spinner_sleeps_until_the_n
 }
 
 #[test]
-fn parks_closer_than_the_window_keep_it_spinning_and_it_follows_the_parking_cpu() {
-    let window = Duration::from_millis(40);
+fn parks_closer_than_the_window_keep_it_spinning_on_the_parking_cpu() {
+    let _serial = serial();
+    let window = Duration::from_millis(100);
     let (poll, tid) = started(window);
     let start = cpu_ns(tid);
     let began = Instant::now();
-    // A park every 10 ms for 200 ms: never a window without one.
-    while began.elapsed() < Duration::from_millis(200) {
+    // A park every 10 ms or so for 300 ms: never a window without one.
+    while began.elapsed() < Duration::from_millis(300) {
         poll.parked();
         std::thread::sleep(Duration::from_millis(10));
     }
     let spun = Duration::from_nanos(cpu_ns(tid) - start);
-    assert!(spun >= Duration::from_millis(100), "spun only {spun:?} of 200 ms of parks");
-    // It runs where the last park was.
-    poll.parked();
-    let here = poll.0.cpu.load(SeqCst);
-    std::thread::sleep(Duration::from_millis(5));
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
-    let last_cpu: i32 = stat.rsplit_once(") ").unwrap().1.split_whitespace().nth(36).unwrap().parse().unwrap();
-    assert_eq!(last_cpu, here, "the spinner keeps the parking worker's core awake");
+    assert!(spun >= Duration::from_millis(75), "spun only {spun:?} of 300 ms of parks");
+    // It runs where the last park was (the spinner has to run to move there: give it time).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        poll.parked();
+        let parked_on = poll.0.cpu.load(SeqCst).to_string();
+        std::thread::sleep(Duration::from_millis(20));
+        if stat_field(tid, 39) == parked_on {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the spinner never ran on the parking CPU {parked_on}");
+    }
 }
 
 #[test]
-fn the_host_spinner_runs_at_idle_priority_under_its_own_name() {
-    let (_poll, tid) = started_at(Duration::from_millis(1), Priority::Idle);
-    assert_eq!(policy_and_name(tid), (5, "wasmop-poll".to_owned()));
+fn the_host_spinner_runs_at_idle_priority_under_its_own_name_and_ends_when_dropped() {
+    let _serial = serial();
+    let (poll, tid) = started_at(Duration::from_millis(1), Priority::Idle);
+    assert_eq!(stat_field(tid, 41), "5", "SCHED_IDLE");
+    let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+    assert_eq!(name.trim_end(), "wasmop-poll");
+    poll.parked();
+    drop(poll);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
+        assert!(Instant::now() < deadline, "the spinner outlived its poller");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
