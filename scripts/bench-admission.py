@@ -35,10 +35,7 @@ a burst of 100 new Memcacheds and the SidecarSet plugin is hot-reloaded, in ever
 (BENCH_BUSY=burst or =reload: only that one). BENCH_RELOAD_EDIT=FILE: the reloads
 alternate between FILE (another build of the plugin, say with one message changed) and
 the plugin, so each brings changed code, not only a new custom section: the host's
-compile reuses what did not change (`runtime::reuse`), all of it for the same code.
-WASMOP_IDLE_POLL_US=N (passed to the host): its core kept awake N µs after each idle
-moment (`host/src/idle_poll.rs`); the spinning thread's CPU is left out of the CPU per
-review and printed below the rows."""
+compile reuses what did not change (`runtime::reuse`), all of it for the same code."""
 
 import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
@@ -173,12 +170,6 @@ def main():
             f"{n} {statistics.median(r.get(n, 0) for r in BUSY_THREADS):.2f} "
             f"({min(r.get(n, 0) for r in BUSY_THREADS):.2f}–{max(r.get(n, 0) for r in BUSY_THREADS):.2f})"
             for n in names if max(r.get(n, 0) for r in BUSY_THREADS) >= 0.01))
-    polled = [(name, rows) for name, rows in (("closed loop", closed), ("evenly", opened), ("Poisson", poisson),
-              ("busy evenly", busy_even), ("busy Poisson", busy_poisson)) if rows and max(r[8] for r in rows) > 0]
-    if polled:
-        print("\nthe idle poller's CPU, left out of the CPU per review above (median per run: s, and µs per review): " +
-              ", ".join(f"{name} {statistics.median(r[8] for r in rows):.2f} s, "
-                        f"{statistics.median(r[8] / max(r[0] * SECS, 1) * 1e6 for r in rows):.0f} µs" for name, rows in polled))
     print(f"\n{machine}")
 
 
@@ -316,7 +307,7 @@ def leb128(n):
 
 def measure(pid, load, beside=None):
     """One run of `load`: [reviews/s, p50 ms, p99 ms, errors, p99.9 ms, slowest ms, host
-    CPU µs per review, steal on the host's core, the idle poller's CPU s].
+    CPU µs per review, steal on the host's core].
     With ADMISSION_LOAD_DUMP=PREFIX each run's reviews go to PREFIX.N (see admission_load.rs)."""
     env = dict(ENV)
     dump = os.path.join(os.environ["BENCH_TRACE"], "reviews") if os.environ.get("BENCH_TRACE") else os.environ.get("ADMISSION_LOAD_DUMP")
@@ -331,21 +322,19 @@ def measure(pid, load, beside=None):
         if other:
             other.join()
     cpu = cpu_seconds(pid) - cpu
-    after = thread_cpu(pid)
     if beside:
+        after = thread_cpu(pid)
         BUSY_THREADS.append({n: after[n] - threads.get(n, 0.0) for n in after})
-    # Spinning in the gaps between reviews is not the reviews' cost: apart.
-    poll = after.get("wasmop-poll", 0.0) - threads.get("wasmop-poll", 0.0)
     row = [float(x) for x in out]
     # The host's CPU per review: unlike reviews/s, time other tenants of the machine
     # take from the host's core does not count in it.
-    return row + [(cpu - poll) / max(row[0] * SECS, 1) * 1e6, steal[0], poll]
+    return row + [cpu / max(row[0] * SECS, 1) * 1e6, steal[0]]
 
 
 def report(setup, rows):
     """One table row: medians over runs of reviews/s, p50, p99 (with its range), p99.9
     and the slowest review (the longest any review waited: a stall shows here even
-    when it is too short to move p99), host CPU per review (the idle poller's apart), errors, and the most steal
+    when it is too short to move p99), host CPU per review, errors, and the most steal
     any run saw on the host's core (time the hypervisor gave other guests: on a shared
     VM, a run with steal times the neighbours as much as the host)."""
     rps, p50, p99, cpu, p999, worst = (statistics.median(r[i] for r in rows) for i in (0, 1, 2, 6, 4, 5))

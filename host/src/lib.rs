@@ -12,7 +12,6 @@
 pub mod controllers;
 pub mod gateway;
 pub mod health;
-pub mod idle_poll;
 pub mod leader;
 pub mod metrics;
 pub mod rbac;

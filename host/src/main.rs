@@ -8,12 +8,7 @@ fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
     // kube's TLS stack links more than one rustls crypto backend; pick one explicitly.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // A worker about to sleep tells the idle poller (`run --idle-poll-us`; nothing when off).
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_park(wasmop::idle_poll::parked)
-        .build()
-    {
+    let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -59,15 +59,6 @@ pub struct RunArgs {
     /// priority, only the CPU webhooks leave.
     #[arg(long, env = "WASMOP_RECONCILE_NICE", default_value_t = wasmop::controllers::RECONCILE_PRIORITY)]
     reconcile_nice: wasmop::runtime::Priority,
-    /// Microseconds the CPU of the host's runtime worker is kept awake after the worker goes to
-    /// sleep (a thread at idle priority spins there), so that the next review finds it running,
-    /// not halted: for virtual machines whose guest halt polling is off. 0: off; at most 10,000.
-    /// Costs CPU, up to this long after each wake-up of the runtime; it follows one CPU, so it
-    /// suits one runtime worker (TOKIO_WORKER_THREADS=1); only for a host with whole cores of its
-    /// own (under a CPU limit the spin counts against the quota); not with the kernel's
-    /// preempt=lazy.
-    #[arg(long, env = "WASMOP_IDLE_POLL_US", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    idle_poll_us: u64,
     /// Wasm instances alive at once, host-wide.
     #[arg(long, env = "WASMOP_MAX_INSTANCES", default_value_t = 64)]
     max_instances: u32,
@@ -161,7 +152,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         axum::http::header::USER_AGENT,
         axum::http::HeaderValue::from_static(concat!("wasmop/", env!("CARGO_PKG_VERSION"))),
     ));
-    wasmop::idle_poll::start(Duration::from_micros(args.idle_poll_us)).context("cannot start the idle poller")?;
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| format!("wasmop-{}", std::process::id()));
