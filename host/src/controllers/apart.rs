@@ -29,9 +29,10 @@
 //!   only what the webhooks leave, so a flood of reviews can hold every reconcile back
 //!   until its deadline). On a host that is not saturated they run at once.
 //! - A reconcile thread preempted while it holds a lock that reviews take holds them
-//!   up until it runs again: a watch cache's, which some controller steps hold for a
-//!   scan of the whole cache (a re-list's gone objects, a resync's keys, a selector's
-//!   matches), so on a saturated core a review reading that cache may wait a tick.
+//!   up until it runs again: a watch cache's, which two controller steps hold for a
+//!   pass over the whole cache (a re-list's gone objects, a resync's keys), so on a
+//!   saturated core a review reading that cache may wait a tick then. A selector's
+//!   matches, run on every event of a watched kind, are found outside the lock.
 //! - Each plugin identity has two sets of connections to the apiserver, one for its
 //!   reconciles and one for its reviews.
 //! - A deposed leader aborts its reconciles on these threads within the Lease's margin

@@ -92,11 +92,17 @@ impl Selecting {
         oref: &ObjectRef,
         (before, after): (Option<&Labels>, Option<&Labels>),
     ) {
-        let keys = {
+        // The candidates are taken out of the lock first and matched after it is let go:
+        // a primary that changed has its selector parsed here, and reviews read this
+        // cache while a reconcile thread (niced) may be preempted mid-match.
+        let candidates: Vec<(ObjectRef, Arc<Cached>)> = {
             let c = cache.lock().unwrap();
-            let candidates = c.iter().filter(|(k, _)| !m.namespaced || k.namespace == oref.namespace);
-            self.parsed.concerned(candidates, path, before, after)
+            c.iter()
+                .filter(|(k, _)| !m.namespaced || k.namespace == oref.namespace)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
         };
+        let keys = self.parsed.concerned(candidates.iter().map(|(k, v)| (k, v)), path, before, after);
         keys.into_iter().for_each(|k| queue.add(k));
     }
 }
