@@ -174,7 +174,7 @@ bench: build
 bench-smoke: export WASMOP_BENCH_PROFILE = dev
 bench-smoke:
 	scripts/bench-ring.py --quick
-	scripts/bench-admission.py --quick
+	BENCH_BUSY=1 scripts/bench-admission.py --quick
 	scripts/bench-abuse.py --quick
 	scripts/bench-isolation.py 1 10
 	scripts/bench-converge.sh 3 wasm

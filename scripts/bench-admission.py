@@ -40,7 +40,7 @@ compile reuses what did not change (`runtime::reuse`), all of it for the same co
 import base64, contextlib, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
 import corespeed, wakeups
-from benchlib import ENV, HOST, build, control_plane_on, control_plane_pids, cpu_seconds, grant_dir, kubectl, steal_on, thread_cpu, wait_ready
+from benchlib import ENV, HOST, build, control_plane_on, control_plane_pids, cpu_seconds, grant_dir, kubectl, steal_on, thread_cpu, thread_cpu_since, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = "--quick" in sys.argv
@@ -50,7 +50,7 @@ RATE = 200 if QUICK else int(os.environ.get("BENCH_RATE", 5000))
 BUSY = {"1": {"burst", "reload"}, "burst": {"burst"}, "reload": {"reload"}}.get(os.environ.get("BENCH_BUSY", ""), set())
 # BENCH_LOAD_NICE=-10: the load generator at that nice value (root only).
 LOAD_NICE = ["nice", "-n", os.environ["BENCH_LOAD_NICE"]] if os.environ.get("BENCH_LOAD_NICE") else []
-WITH = " and a ".join({"burst": "burst of 100 Memcacheds", "reload": "hot reload"}[b] for b in sorted(BUSY))
+WITH = " and a ".join({"burst": f"burst of {10 if QUICK else 100} Memcacheds", "reload": "hot reload"}[b] for b in sorted(BUSY))
 
 SIDECARSET = """apiVersion: apps.kruise.io/v1alpha1
 kind: SidecarSet
@@ -266,19 +266,22 @@ def busy(plugins, wasm):
     so the host loads, compiles and tiers up new bytes while the old ones serve)."""
     n = next(BURSTS)
 
+    # --quick (runs of 2 s, `make bench-smoke`): the same steps, sooner and smaller.
+    first, second, size = (0.5, 1, 10) if QUICK else (2, 4, 100)
+
     def run():
-        time.sleep(2)
+        time.sleep(first)
         if "burst" in BUSY:
             burst()
         if "reload" in BUSY:
-            time.sleep(max(0, 4 - (time.time() - started)))
+            time.sleep(max(0, second - (time.time() - started)))
             reload()
 
     def burst():
         # Named per invocation: a namespace of an earlier one may still be terminating.
         ns = f"bench-admission-burst-{os.getpid()}-{n}"
         objects = f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{bench: admission-burst}}}}\n---\n" + "---\n".join(
-            MEMCACHED.format(i=i, ns=ns) for i in range(100))
+            MEMCACHED.format(i=i, ns=ns) for i in range(size))
         subprocess.run(["taskset", "-c", "1", "kubectl", "apply", "-f", "-"], input=objects, env=ENV, check=True,
                        capture_output=True, text=True)
 
@@ -323,8 +326,7 @@ def measure(pid, load, beside=None):
             other.join()
     cpu = cpu_seconds(pid) - cpu
     if beside:
-        after = thread_cpu(pid)
-        BUSY_THREADS.append({n: after[n] - threads.get(n, 0.0) for n in after})
+        BUSY_THREADS.append(thread_cpu_since(threads, thread_cpu(pid), cpu))
     row = [float(x) for x in out]
     # The host's CPU per review: unlike reviews/s, time other tenants of the machine
     # take from the host's core does not count in it.

@@ -162,8 +162,7 @@ def cpu_seconds(pid):
 
 
 def thread_cpu(pid):
-    """User and system CPU time of each thread of process `pid` so far, summed by thread
-    name (threads of one name, say a runtime's workers, together)."""
+    """User and system CPU time of each thread of process `pid` so far: {tid: (name, s)}."""
     out = {}
     for t in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -171,7 +170,23 @@ def thread_cpu(pid):
         except OSError:
             continue  # ended meanwhile
         fields = rest.split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        out[t] = (name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    return out
+
+
+def thread_cpu_since(before, after, total):
+    """The CPU each thread name took between two `thread_cpu` readings, threads of one
+    name (a runtime's workers) together, each under the name it has at the end. A thread
+    is matched by id, not name: a pool thread renamed for a compile, or one that ended
+    (tokio's blocking threads end after 10 s idle), would otherwise make a name's sum
+    drop. What threads that ended meanwhile took (`total`, the process's CPU over the
+    same span, less the rest) is given as one more name."""
+    out = {}
+    for tid, (name, s) in after.items():
+        out[name] = out.get(name, 0.0) + s - before.get(tid, (name, 0.0))[1]
+    ended = total - sum(out.values())
+    if ended >= 0.05:  # both are counted in clock ticks: less is rounding
+        out["(threads ended meanwhile)"] = ended
     return out
 
 
