@@ -47,12 +47,16 @@ fn selector(primary: &Cached, path: &[String]) -> Option<Selector> {
 pub struct Parsed(HashMap<ObjectRef, (Arc<Cached>, Option<Selector>)>);
 
 impl Parsed {
-    /// The primaries among `candidates` concerned by a change from labels `before` to
-    /// `after` (either may be absent: a new or a deleted object). Forgets the selectors
-    /// of primaries not among `candidates`.
+    /// The primaries among `candidates` (every primary that `in_scope` accepts)
+    /// concerned by a change from labels `before` to `after` (either may be absent: a
+    /// new or a deleted object). Forgets the selectors of primaries in scope but not
+    /// among `candidates` (gone); keeps those out of scope (another namespace's, for
+    /// namespaced primaries), so events alternating between namespaces parse nothing
+    /// again.
     pub fn concerned<'a>(
         &mut self,
         candidates: impl IntoIterator<Item = (&'a ObjectRef, &'a Arc<Cached>)>,
+        in_scope: impl Fn(&ObjectRef) -> bool,
         path: &[String],
         before: Option<&Labels>,
         after: Option<&Labels>,
@@ -75,6 +79,8 @@ impl Parsed {
             }
             self.0.insert(k.clone(), parsed);
         }
+        old.retain(|k, _| !in_scope(k));
+        self.0.extend(old);
         out
     }
 }
@@ -95,14 +101,12 @@ impl Selecting {
         // The candidates are taken out of the lock first and matched after it is let go:
         // a primary that changed has its selector parsed here, and reviews read this
         // cache while a reconcile thread (niced) may be preempted mid-match.
+        let in_scope = |k: &ObjectRef| !m.namespaced || k.namespace == oref.namespace;
         let candidates: Vec<(ObjectRef, Arc<Cached>)> = {
             let c = cache.lock().unwrap();
-            c.iter()
-                .filter(|(k, _)| !m.namespaced || k.namespace == oref.namespace)
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
+            c.iter().filter(|(k, _)| in_scope(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
         };
-        let keys = self.parsed.concerned(candidates.iter().map(|(k, v)| (k, v)), path, before, after);
+        let keys = self.parsed.concerned(candidates.iter().map(|(k, v)| (k, v)), in_scope, path, before, after);
         keys.into_iter().for_each(|k| queue.add(k));
     }
 }
@@ -151,10 +155,10 @@ mod tests {
     fn a_change_reconciles_the_primaries_that_select_the_object_and_those_it_cannot_read() {
         let sets = sets();
         let web = labels(&[("app", "web")]);
-        let got = Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&web));
+        let got = Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), |_| true, &path(), None, Some(&web));
         assert_eq!(names(got), ["everything", "garbled", "web"]);
         let cache = labels(&[("app", "cache")]);
-        let got = Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&cache));
+        let got = Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), |_| true, &path(), None, Some(&cache));
         assert_eq!(names(got), ["db", "everything", "garbled", "not-web"]);
     }
 
@@ -162,7 +166,8 @@ mod tests {
     fn a_relabelled_object_concerns_the_sets_it_left_as_well_as_those_it_joined() {
         let sets = sets();
         let (web, db) = (labels(&[("app", "web")]), labels(&[("app", "db")]));
-        let got = Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), &path(), Some(&web), Some(&db));
+        let got =
+            Parsed::default().concerned(sets.iter().map(|(k, v)| (k, v)), |_| true, &path(), Some(&web), Some(&db));
         assert_eq!(names(got), ["db", "everything", "garbled", "not-web", "web"]);
     }
 
@@ -171,18 +176,46 @@ mod tests {
         let mut sets = sets();
         let mut parsed = Parsed::default();
         let db = labels(&[("app", "db")]);
-        let got = parsed.concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&db));
+        let got = parsed.concerned(sets.iter().map(|(k, v)| (k, v)), |_| true, &path(), None, Some(&db));
         assert!(!names(got).contains(&"web".to_owned()));
         sets[0].1 = Arc::new(Cached::of(&json!({"spec": {"selector": {"matchLabels": {"app": "db"}}}})));
-        let got = parsed.concerned(sets.iter().map(|(k, v)| (k, v)), &path(), None, Some(&db));
+        let got = parsed.concerned(sets.iter().map(|(k, v)| (k, v)), |_| true, &path(), None, Some(&db));
         assert!(names(got).contains(&"web".to_owned()), "web's old selector was reused after it changed");
+    }
+
+    /// Namespaced primaries: an event matches only its own namespace's, and the selectors
+    /// parsed for another namespace stay parsed; a primary gone from the event's own
+    /// namespace is forgotten.
+    #[test]
+    fn selectors_of_other_namespaces_stay_parsed_and_gone_primaries_are_forgotten() {
+        let primary = |ns: &str, name: &str| {
+            let k =
+                ObjectRef { api_version: "v1".into(), kind: "X".into(), namespace: Some(ns.into()), name: name.into() };
+            let v = Arc::new(Cached::of(&json!({"spec": {"selector": {"matchLabels": {"app": "web"}}}})));
+            (k, v)
+        };
+        let (a1, a2, b1) = (primary("a", "one"), primary("a", "two"), primary("b", "one"));
+        let web = labels(&[("app", "web")]);
+        let in_ns = |ns: &'static str| move |k: &ObjectRef| k.namespace.as_deref() == Some(ns);
+        let mut parsed = Parsed::default();
+        let both = [(&a1.0, &a1.1), (&a2.0, &a2.1)];
+        assert_eq!(names(parsed.concerned(both, in_ns("a"), &path(), None, Some(&web))), ["one", "two"]);
+        assert_eq!(names(parsed.concerned([(&b1.0, &b1.1)], in_ns("b"), &path(), None, Some(&web))), ["one"]);
+        assert!(parsed.0.contains_key(&a1.0) && parsed.0.contains_key(&a2.0), "namespace a's selectors were dropped");
+        // a2 is gone: the next event in a forgets it and keeps b's.
+        assert_eq!(names(parsed.concerned([(&a1.0, &a1.1)], in_ns("a"), &path(), None, Some(&web))), ["one"]);
+        let kept: Vec<&ObjectRef> = parsed.0.keys().collect();
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert!(parsed.0.contains_key(&a1.0) && parsed.0.contains_key(&b1.0));
+        // Kept, not parsed again: the same Arc as when it was parsed.
+        assert!(Arc::ptr_eq(&parsed.0[&b1.0].0, &b1.1));
     }
 
     #[test]
     fn a_primary_without_a_selector_at_the_path_is_reconciled_on_every_change() {
         let k = ObjectRef { api_version: "v1".into(), kind: "X".into(), namespace: None, name: "bare".into() };
         let v = Arc::new(Cached::of(&json!({"spec": {}})));
-        let got = Parsed::default().concerned([(&k, &v)], &path(), None, Some(&labels(&[("app", "web")])));
+        let got = Parsed::default().concerned([(&k, &v)], |_| true, &path(), None, Some(&labels(&[("app", "web")])));
         assert_eq!(names(got), ["bare"]);
     }
 }
