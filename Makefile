@@ -175,7 +175,7 @@ bench-smoke: export WASMOP_BENCH_PROFILE = dev
 bench-smoke:
 	scripts/bench-ring.py --quick
 	BENCH_BUSY=1 scripts/bench-admission.py --quick
-	scripts/bench-abuse.py --quick
+	ABUSE_LOAD_FIFO=10 scripts/bench-abuse.py --quick
 	scripts/bench-isolation.py 1 10
 	scripts/bench-converge.sh 3 wasm
 	scripts/bench-converge.sh 3 native

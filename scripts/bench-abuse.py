@@ -38,9 +38,12 @@ runs (`make bench-smoke`), no figure. Exits 1 if the host died. When the host's 
 heap). WASMOP_BENCH_HOST=PATH: measure that host binary. ABUSE_CYCLES=N: N rounds of
 alone and under attack, each attack phase judged against the alone phases either side.
 ABUSE_PERF=DIR: a CPU profile of the host in each closed-loop run (see `profiled`); the
-table of CPU per host thread is printed always. ABUSE_DUMP=DIR: each run's reviews."""
+table of CPU per host thread is printed always. ABUSE_DUMP=DIR: each run's reviews.
+ABUSE_TRACE=DIR: the open-loop runs under attack traced for
+`scripts/admission-stall-causes.py DIR`. ABUSE_LOAD_NICE=N or ABUSE_LOAD_FIFO=N: the
+load generator's rank on the core it shares with the attacks (see below)."""
 
-import contextlib, gzip, importlib, os, re, signal, socket, ssl, shutil, statistics, subprocess, sys, tempfile, time
+import contextlib, gzip, importlib, itertools, os, re, signal, socket, ssl, shutil, statistics, subprocess, sys, tempfile, time
 
 import corespeed
 from benchlib import ENV, HOST, build, control_plane_on, cpu_seconds, grant, grant_dir, kubectl, wait_ready
@@ -73,8 +76,15 @@ ONLY = set(os.environ.get("ABUSE_ATTACKS", ",".join(ATTACKS)).split(","))
 # is then the host's, where otherwise all attacks at once measure core 1 (the host has
 # idle time left). Off by default, as every figure before it was taken.
 LOAD_NICE = ["nice", "-n", os.environ["ABUSE_LOAD_NICE"]] if os.environ.get("ABUSE_LOAD_NICE") else []
+# ABUSE_LOAD_FIFO=N: the load generator at real-time priority N (`chrt -f`, root only)
+# instead: a fair-class thread, however high its weight, waits for the next tick when
+# an attack client holds core 1 as a response arrives; a FIFO one runs at once, so
+# core 0's idle moments under attack are the host's, not its client's.
+if os.environ.get("ABUSE_LOAD_FIFO"):
+    LOAD_NICE = ["chrt", "-f", os.environ["ABUSE_LOAD_FIFO"]]
 assert ONLY <= set(ATTACKS), f"ABUSE_ATTACKS: pick from {ATTACKS}"
 NS, HOSTILE = "abuse-plugins", ["hostile-a", "hostile-b"]
+TRACED = itertools.count(1)
 
 
 def drain(pid):
@@ -114,10 +124,20 @@ def healthy(pid, load, rate=None, beside=None, name="run"):
     if os.environ.get("ABUSE_DUMP"):
         os.makedirs(os.environ["ABUSE_DUMP"], exist_ok=True)
         env["ADMISSION_LOAD_DUMP"] = os.path.join(os.environ["ABUSE_DUMP"], re.sub(r"[^A-Za-z0-9.]+", "-", name))
-    p = subprocess.Popen(load + [str(SECS)] + ([str(rate)] if rate else []), stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, env=env)
-    with beside() if beside else contextlib.nullcontext():
-        out = p.communicate(timeout=SECS + 60)[0]
+    # ABUSE_TRACE=DIR: the open-loop runs under attack traced as bench-admission's
+    # BENCH_TRACE traces its rows, so that `scripts/admission-stall-causes.py DIR` names
+    # what held each stall (which thread had the core, whether the review thread was
+    # runnable meanwhile).
+    trace = os.environ.get("ABUSE_TRACE") if rate and beside else None
+    if trace:
+        n = next(TRACED)
+        env["ADMISSION_LOAD_DUMP"] = os.path.join(trace, f"reviews.{n}")
+        os.environ["BENCH_TRACE"] = trace
+    with adm.traced(pid, f"attack-{n}") if trace else contextlib.nullcontext():
+        p = subprocess.Popen(load + [str(SECS)] + ([str(rate)] if rate else []), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, env=env)
+        with beside() if beside else contextlib.nullcontext():
+            out = p.communicate(timeout=SECS + 60)[0]
     try:
         busy = (cpu_seconds(pid) - cpu) / (time.monotonic() - t)
     except OSError:
@@ -211,7 +231,7 @@ def main():
         kubectl("create", "namespace", ns, check=False)
     flags = budget_flags()
     print(f"host: {HOST}; memory budget flags: {' '.join(flags) or 'absent from this binary'}"
-          + (f"; load generator at nice {LOAD_NICE[2]}" if LOAD_NICE else ""))
+          + (f"; load generator at {'FIFO priority' if LOAD_NICE[0] == 'chrt' else 'nice'} {LOAD_NICE[2]}" if LOAD_NICE else ""))
     cg = cgroup(LIMIT)
     print(f"memory cgroup: {cg + ' (1 GiB, swap included)' if cg else 'none'}")
     # Core 0 is the host's alone (see benchlib.control_plane_on); the load, the attacks

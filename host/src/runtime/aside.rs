@@ -5,10 +5,10 @@
 //! `cpu`'s lane decides whose), and a review that arrives as a slice begins waits for
 //! all of it: the p99 of a healthy webhook beside a plugin that fills 120 MiB per call
 //! was 17–75 ms (BENCHMARKS.md, issue 18, fifth part). The kernel can do finer: a
-//! thread at a higher nice value (`--long-call-nice`, 10) yields to the runtime thread
+//! thread at a higher nice value (`--long-call-nice`, 19) yields to the runtime thread
 //! when it wakes for a review (at the next scheduler tick at the latest), and while
-//! reviews keep a core busy it gets the share its nice value gives (a tenth at nice 10,
-//! 1.5 % at 19), wherever its time goes: guest compute, the page faults of memory it
+//! reviews keep a core busy it gets the share its nice value gives (1.5 % at nice 19, a
+//! tenth at 10), wherever its time goes: guest compute, the page faults of memory it
 //! touches, and freeing that memory (`freeing` frees in place on an aside thread). At
 //! idle priority (`--long-call-nice idle`) it is preempted the instant a review wakes
 //! the host and gets only the CPU the host's own threads leave; not the default, see
@@ -29,19 +29,22 @@
 //!
 //! Caveats:
 //! - The lane and the priority compound: while short calls keep every core busy, long
-//!   calls get a tick per `PACE` and, within it, what the priority leaves: at nice 10
-//!   about 1 % of a core, where the lane alone gave about 10 %; at idle next to nothing
-//!   (the kernel's idle weight, 3 against a busy thread's 1024). A long reconcile of
-//!   0.4 s then misses its 30 s deadline while webhooks saturate the host;
-//!   `--long-call-nice 0` keeps only the lane. On a host that is not saturated, both
-//!   give way at once.
+//!   calls get a tick per `PACE` and, within it, what the priority leaves: at nice 19
+//!   well under 1 % of a core (at 10 about 1 %), where the lane alone gave about 10 %;
+//!   at idle next to nothing (the kernel's idle weight, 3 against a busy thread's 1024).
+//!   A long reconcile of 0.4 s then misses its 30 s deadline while webhooks saturate
+//!   the host's cores; `--long-call-nice 0` keeps only the lane. On a host that is not
+//!   saturated, both give way at once.
 //! - Why not idle priority by default: under issue 18's attacks it gave the review
 //!   thread ~0.4 s more of an 11 s closed-loop run and a median p99 of 3.55 ms against
 //!   3.84, but one of twelve attack phases held reviews for up to 109 ms, against at
 //!   most 22 ms in six at nice 10 (BENCHMARKS.md, issue 18, 2026-12-07). Its cause is
 //!   not known; a candidate: an aside thread unmapping a big instance holds the
 //!   process's memory map, and at idle it may wait long for the core with that lock
-//!   held. Idle also yields to every thread on the core, not only the host's: where
+//!   held. At nice 19 one of 13 attack phases had such a stall (104 ms), against none
+//!   of 9 at nice 10 the same hour; nice 19 is the default for the share it gives
+//!   reviews (`config::ASIDE_PRIORITY`), and `--long-call-nice 10` trades some of it
+//!   back. Idle also yields to every thread on the core, not only the host's: where
 //!   the host shares the CPU with other busy processes, long calls wait for those too.
 //! - A moved call's slots, memory charge and instance are given back only when an
 //!   aside thread next runs after its deadline, which on a saturated core is what
