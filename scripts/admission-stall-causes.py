@@ -82,14 +82,20 @@ REVIEWS = "tokio-rt-worker"
 
 
 def gaps(dump, threshold):
-    """(start, end) of every gap in the dump's answers while a review waited."""
+    """(start, end) of every gap in the dump's answers while a review waited: from the
+    later of the last answer and the first waiting review's arrival, to the next answer.
+    (Until 2026-12-07 a gap counted only when a review already waited as it began, so a
+    stall that began on an idle host, the first review arriving into it, went unseen.)"""
     start, dumped = review_dump(dump)
     reviews = sorted((start + t, start + t + ms / 1e3) for t, ms in dumped)
     answers = sorted(b for _, b in reviews)
     out = []
     for a, b in zip(answers, answers[1:]):
-        if b - a >= threshold / 1e3 and any(s < a and e >= b for s, e in reviews[:bisect.bisect_left(reviews, (a,))]):
-            out.append((a, b))
+        if b - a < threshold / 1e3:
+            continue
+        waiting = [s for s, e in reviews[:bisect.bisect_left(reviews, (b,))] if e >= b]
+        if waiting and b - max(a, min(waiting)) >= threshold / 1e3:
+            out.append((max(a, min(waiting)), b))
     return start, out
 
 
