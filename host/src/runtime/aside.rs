@@ -41,10 +41,12 @@
 //!   most 22 ms in six at nice 10 (BENCHMARKS.md, issue 18, 2026-12-07). Its cause is
 //!   not known; a candidate: an aside thread unmapping a big instance holds the
 //!   process's memory map, and at idle it may wait long for the core with that lock
-//!   held. At nice 19 one of 13 attack phases had such a stall (104 ms), against none
-//!   of 9 at nice 10 the same hour; nice 19 is the default for the share it gives
-//!   reviews (`config::ASIDE_PRIORITY`), and `--long-call-nice 10` trades some of it
-//!   back. Idle also yields to every thread on the core, not only the host's: where
+//!   held. At nice 19 two of 27 attack phases held reviews (104 and 47.6 ms), against
+//!   none of 11 at nice 10 the same hour; the traced one was not this thread at all
+//!   but a hostile call filling 120 MiB in place, on the thread that serves reviews,
+//!   admitted there between its plugin's quick budget refusals (BENCHMARKS.md, issue
+//!   18, 2026-12-07 18:37Z). Nice 19 is the default for the share it gives reviews
+//!   (`config::ASIDE_PRIORITY`); `--long-call-nice 10` trades some of it back. Idle also yields to every thread on the core, not only the host's: where
 //!   the host shares the CPU with other busy processes, long calls wait for those too.
 //! - A moved call's slots, memory charge and instance are given back only when an
 //!   aside thread next runs after its deadline, which on a saturated core is what

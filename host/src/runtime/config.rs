@@ -126,8 +126,8 @@ impl Default for RuntimeConfig {
 /// `scripts/bench-abuse.py` at once, with its load generator no longer starved on its
 /// own core, nice 19 left the thread that serves reviews 10.1 s of each 11 s closed
 /// loop against 9.85 s at nice 10 (medians), and a healthy webhook 90 % of its alone
-/// throughput against 84 % (13 and 9 attack phases, BENCHMARKS.md, issue 18,
-/// 2026-12-07 18:37Z). Nice 10 had been kept as the milder value when both measured
+/// throughput against 85 % (medians of 27 and 10 attack phases, BENCHMARKS.md, issue
+/// 18, 2026-12-07 18:37Z). Nice 10 had been kept as the milder value when both measured
 /// the same under the memory attacks alone (issue 18, sixth part). Against idle
 /// priority, see `aside`'s caveats.
 pub const ASIDE_PRIORITY: super::Priority = super::Priority::Nice(19);
