@@ -42,10 +42,10 @@
 //!   not known; a candidate: an aside thread unmapping a big instance holds the
 //!   process's memory map, and at idle it may wait long for the core with that lock
 //!   held. At nice 19 two of 27 attack phases held reviews (104 and 47.6 ms), against
-//!   none of 11 at nice 10 the same hour; the traced one was not this thread at all
-//!   but a hostile call filling 120 MiB in place, on the thread that serves reviews,
-//!   admitted there between its plugin's quick budget refusals (BENCHMARKS.md, issue
-//!   18, 2026-12-07 18:37Z). Nice 19 is the default for the share it gives reviews
+//!   none of 11 at nice 10 the same hour; in the traced one the thread that serves
+//!   reviews itself was busy faulting in, filling and unmapping fresh memory, which
+//!   reads as a big plugin call run in place rather than aside (BENCHMARKS.md, issue
+//!   18, 2026-12-07 18:37Z; not confirmed, the trace had no call stacks). Nice 19 is the default for the share it gives reviews
 //!   (`config::ASIDE_PRIORITY`); `--long-call-nice 10` trades some of it back. Idle also yields to every thread on the core, not only the host's: where
 //!   the host shares the CPU with other busy processes, long calls wait for those too.
 //! - A moved call's slots, memory charge and instance are given back only when an
