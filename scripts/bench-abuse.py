@@ -75,13 +75,13 @@ ONLY = set(os.environ.get("ABUSE_ATTACKS", ",".join(ATTACKS)).split(","))
 # the attack clients and the control plane sharing its core do not starve it: the figure
 # is then the host's, where otherwise all attacks at once measure core 1 (the host has
 # idle time left). Off by default, as every figure before it was taken.
-LOAD_NICE = ["nice", "-n", os.environ["ABUSE_LOAD_NICE"]] if os.environ.get("ABUSE_LOAD_NICE") else []
+LOAD_RANK = ["nice", "-n", os.environ["ABUSE_LOAD_NICE"]] if os.environ.get("ABUSE_LOAD_NICE") else []
 # ABUSE_LOAD_FIFO=N: the load generator at real-time priority N (`chrt -f`, root only)
 # instead: a fair-class thread, however high its weight, waits for the next tick when
 # an attack client holds core 1 as a response arrives; a FIFO one runs at once, so
 # core 0's idle moments under attack are the host's, not its client's.
 if os.environ.get("ABUSE_LOAD_FIFO"):
-    LOAD_NICE = ["chrt", "-f", os.environ["ABUSE_LOAD_FIFO"]]
+    LOAD_RANK = ["chrt", "-f", os.environ["ABUSE_LOAD_FIFO"]]
 assert ONLY <= set(ATTACKS), f"ABUSE_ATTACKS: pick from {ATTACKS}"
 NS, HOSTILE = "abuse-plugins", ["hostile-a", "hostile-b"]
 TRACED = itertools.count(1)
@@ -132,8 +132,7 @@ def healthy(pid, load, rate=None, beside=None, name="run"):
     if trace:
         n = next(TRACED)
         env["ADMISSION_LOAD_DUMP"] = os.path.join(trace, f"reviews.{n}")
-        os.environ["BENCH_TRACE"] = trace
-    with adm.traced(pid, f"attack-{n}") if trace else contextlib.nullcontext():
+    with adm.traced(pid, f"attack-{n}", trace) if trace else contextlib.nullcontext():
         p = subprocess.Popen(load + [str(SECS)] + ([str(rate)] if rate else []), stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True, env=env)
         with beside() if beside else contextlib.nullcontext():
@@ -231,7 +230,7 @@ def main():
         kubectl("create", "namespace", ns, check=False)
     flags = budget_flags()
     print(f"host: {HOST}; memory budget flags: {' '.join(flags) or 'absent from this binary'}"
-          + (f"; load generator at {'FIFO priority' if LOAD_NICE[0] == 'chrt' else 'nice'} {LOAD_NICE[2]}" if LOAD_NICE else ""))
+          + (f"; load generator at {'FIFO priority' if LOAD_RANK[0] == 'chrt' else 'nice'} {LOAD_RANK[2]}" if LOAD_RANK else ""))
     cg = cgroup(LIMIT)
     print(f"memory cgroup: {cg + ' (1 GiB, swap included)' if cg else 'none'}")
     # Core 0 is the host's alone (see benchlib.control_plane_on); the load, the attacks
@@ -267,7 +266,7 @@ def main():
             watch.start()
             ca = os.path.join(tmp, "ca.crt")
             setup_sidecarset(port, ca)
-            load = ["taskset", "-c", "1", *LOAD_NICE, load_bin, "run", f"https://127.0.0.1:{port}/sidecarset/inject-pod", ca, str(CONNS)]
+            load = ["taskset", "-c", "1", *LOAD_RANK, load_bin, "run", f"https://127.0.0.1:{port}/sidecarset/inject-pod", ca, str(CONNS)]
             subprocess.run(load + ["2"], capture_output=True)  # warm-up
             settle(host.pid, 10 if QUICK else 90)
             # How much this VM's speed swings at all, with the host idle: the ratio

@@ -190,13 +190,13 @@ def tiered_up(log, timeout=120):
 
 
 @contextlib.contextmanager
-def traced(pid, name="quiet"):
-    """With BENCH_TRACE=DIR, every core's context switches, wake-ups and a 2 kHz clock
+def traced(pid, name="quiet", d=None):
+    """With BENCH_TRACE=DIR (or `d`), every core's context switches, wake-ups and a 2 kHz clock
     sample recorded meanwhile (perf, in DIR/perf-NAME.data), with what
     `admission-stall-causes.py` needs to line them up with the reviews: the host's pid
     and the monotonic clock's offset from Unix time (perf stamps events with the one,
     the load's dumps with the other)."""
-    d = os.environ.get("BENCH_TRACE")
+    d = d or os.environ.get("BENCH_TRACE")
     if not d:
         yield
         return

@@ -45,9 +45,11 @@
 //!   none of 11 at nice 10 the same hour; in the traced one the thread that serves
 //!   reviews itself was busy faulting in, filling and unmapping fresh memory, which
 //!   reads as a big plugin call run in place rather than aside (BENCHMARKS.md, issue
-//!   18, 2026-12-07 18:37Z; not confirmed, the trace had no call stacks). Nice 19 is the default for the share it gives reviews
-//!   (`config::ASIDE_PRIORITY`); `--long-call-nice 10` trades some of it back. Idle also yields to every thread on the core, not only the host's: where
-//!   the host shares the CPU with other busy processes, long calls wait for those too.
+//!   18, 2026-12-07 18:37Z; not confirmed, the trace had no call stacks). Nice 19 is
+//!   the default for the share it gives reviews (`config::ASIDE_PRIORITY`);
+//!   `--long-call-nice 10` trades some of it back. Idle also yields to every thread on
+//!   the core, not only the host's: where the host shares the CPU with other busy
+//!   processes, long calls wait for those too.
 //! - A moved call's slots, memory charge and instance are given back only when an
 //!   aside thread next runs after its deadline, which on a saturated core is what
 //!   its priority leaves it; the caller has its Timeout already.
