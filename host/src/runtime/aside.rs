@@ -15,7 +15,8 @@
 //! the caveats.
 //!
 //! Flow: a call's future is polled where it began. Once `cpu` marks it to go aside
-//! (its work is heavy or faulting when it is admitted, or it has computed for `LONG`),
+//! (its work is heavy or faulting when it is admitted, it has computed for `LONG`, or
+//! its memory grew past `BIG_GROWTH`, at which grow the limiter yields),
 //! the rest of it is spawned at its next yield on the aside runtime (as many worker
 //! threads as the host's own, all at the configured priority), and the caller awaits
 //! it there, with the runtime it began on (the host's, or the reconcile threads') still

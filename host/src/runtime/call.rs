@@ -11,9 +11,10 @@
 //! While it runs, its thread time is metered and the epoch callback yields to the
 //! async runtime on every tick, holds runaway compute to a share of a thread (see
 //! `throttle`) and makes long calls take turns while short ones are busy (`cpu`), on
-//! the niced aside threads once they are long or their work heavy or faulting
-//! (`aside`); the Store's limiter holds the instance to its memory cap, the host-wide
-//! budget and wasmtime's counts of instances, tables and memories; host-call fuel
+//! the niced aside threads once they are long, their work heavy or faulting, or their
+//! memory grew big (`aside`); the Store's limiter holds the instance to its memory cap,
+//! the host-wide budget and wasmtime's counts of instances, tables and memories, and
+//! tells the call's meter of each grow; host-call fuel
 //! bounds what one host call may copy out of the guest. When it ends, an instance that
 //! grew big is freed off the thread that serves reviews, with the call's slot
 //! (`freeing`). A call that moved aside and ran out of time gives its slots and memory
@@ -130,10 +131,11 @@ impl Runtime {
                     let charge = budget.reserve(plugin.clone(), ENTRY_ROOM).await;
                     let state = HostState::new(plugin.clone(), call, &limits, ceiling, charge, c.script.clone());
                     let mut store = Store::new(code.pre.engine(), state);
-                    store.limiter(|s| s.limiter());
+                    store.limiter_async(|s| s.limiter());
                     (Freed::new(store, slot), None, 0)
                 }
             };
+            store.data_mut().limits.metered_by(meter.clone());
             advance(&phase, Phase::Running);
             // Guest code runs from here on (instantiation included): the epoch ticks.
             let _ticking = ticks.running();
@@ -166,12 +168,11 @@ impl Runtime {
         };
         let run: Moveable<Result<R, RuntimeError>> = Box::pin(Metered::new(run, meter.clone()));
         let r = tokio::time::timeout(deadline, self.aside.run(run, meter.clone())).await;
+        // Where it was is read once and frozen: a moved call may still run a step until
+        // its aside thread drops it, and must not turn a Budget into a Timeout.
+        let was = phase.swap(Phase::Over as u8, Relaxed);
         let r = match r {
-            // Where it was is read once and frozen: a moved call may still run a step
-            // until its aside thread drops it, and must not turn a Budget into a Timeout.
-            Err(_) if phase.swap(Phase::Over as u8, Relaxed) == Phase::Memory as u8 => {
-                Err(RuntimeError::Budget(waited(deadline)))
-            }
+            Err(_) if was == Phase::Memory as u8 => Err(RuntimeError::Budget(waited(deadline))),
             Err(_) => Err(RuntimeError::Timeout(deadline)),
             Ok(None) => Err(RuntimeError::Closed),
             Ok(Some(r)) => r,
@@ -179,9 +180,14 @@ impl Runtime {
         // A call that faulted wasted its work or its wait (see `Cpu::ended`). A timeout
         // in the queue counts too: with only calls that ran counted, a memory-grabbing
         // attacker's paced calls mostly succeeded and it kept a third of the thread
-        // (BENCHMARKS.md, issue 18, fifth part, build E).
+        // (BENCHMARKS.md, issue 18, fifth part, build E). Only a call that ran says what
+        // its work computes; one that waited for memory is no fault of its own.
         let faulted = matches!(r, Err(RuntimeError::Trap { .. } | RuntimeError::Timeout(_)));
-        self.cpu.ended(&work, meter.spent(), faulted);
+        if was == Phase::Running as u8 {
+            self.cpu.ended(&work, meter.spent(), faulted);
+        } else if faulted {
+            self.cpu.timed_out_waiting(&work);
+        }
         r
     }
 

@@ -44,8 +44,9 @@
 //! mean by an eighth of it, towards heavy. The CPU clock counts what the call ran,
 //! page faults of the memory it touches included, and a wait of any kind not at all.
 //!
-//! Where: a call this module finds long, or whose work is heavy or faulting when it is
-//! admitted, finishes on the aside threads (`aside`), which the kernel ranks below the
+//! Where: a call this module finds long, whose work is heavy or faulting when it is
+//! admitted, or that grows its memory past [`BIG_GROWTH`] (the limiter yields at that
+//! grow), finishes on the aside threads (`aside`), which the kernel ranks below the
 //! host's: the lane still decides when it computes, and the kernel preempts that tick
 //! when a review wakes the host.
 //!
@@ -77,6 +78,14 @@ const FAULTING: f64 = 0.5;
 /// The longest a long call waits in the lane for a quiet moment before it computes
 /// one more tick anyway: long work keeps about a tick per PACE however busy the host.
 const PACE: Duration = Duration::from_millis(90);
+/// How much a call may grow its instance's memory before it goes aside, at that grow
+/// and before it touches the memory. Why: touching fresh memory is page faults and
+/// zeroing the epoch cannot interrupt (one `memory.fill` is one instruction), about
+/// 0.4 ms a MiB here, and a call judged by thread time alone computed up to two ticks
+/// in place first: several new calls of a plugin that fills 120 MiB each, admitted
+/// while its mean looked light, held reviews for 48 ms (BENCHMARKS.md, issue 18). A
+/// healthy review or reconcile grows by a few MiB at most, on a fresh instance.
+pub(super) const BIG_GROWTH: usize = 8 << 20;
 
 /// The host-wide state: short calls' activity and the long lane.
 pub(super) struct Cpu {
@@ -154,14 +163,25 @@ impl Cpu {
         }
     }
 
-    /// A call of `work` ended having spent `spent` on a thread; `faulted` if it trapped
-    /// or ran out of time. Six faults in a row make the work faulting; one among
-    /// clean calls moves its share by an eighth, not past [`FAULTING`].
+    /// A call of `work` that ran ended having spent `spent` on a thread; `faulted` if
+    /// it trapped or ran out of time. Six faults in a row make the work faulting; one
+    /// among clean calls moves its share by an eighth, not past [`FAULTING`].
     pub(super) fn ended(&self, work: &Arc<str>, spent: Duration, faulted: bool) {
         let mut means = self.means.lock().unwrap();
         let m = means.entry(work.clone()).or_default();
         m.thread += (spent.as_secs_f64() - m.thread) * MEAN_WEIGHT;
         m.faults += (if faulted { 1.0 } else { 0.0 } - m.faults) * MEAN_WEIGHT;
+    }
+
+    /// A call of `work` ran out of time before it ran (waiting for its slots): a
+    /// fault, its wait wasted, but no word on what its calls compute. Why apart from
+    /// [`Cpu::ended`]: counted as a call that spent nothing, a flood's calls that timed
+    /// out queueing pulled a plugin that fills 120 MiB per call under [`HEAVY`], and its
+    /// next calls started in place (BENCHMARKS.md, issue 18).
+    pub(super) fn timed_out_waiting(&self, work: &Arc<str>) {
+        let mut means = self.means.lock().unwrap();
+        let m = means.entry(work.clone()).or_default();
+        m.faults += (1.0 - m.faults) * MEAN_WEIGHT;
     }
 
     /// One turn in the lane (`lane`: the plugins waiting take turns), then until a
@@ -217,6 +237,8 @@ pub(super) struct Meter {
     counted: AtomicBool,
     /// Whether the call is to run on the aside threads from its next yield on.
     aside: AtomicBool,
+    /// Bytes its instance's memories grew by during the call.
+    grown: AtomicUsize,
 }
 
 impl Meter {
@@ -231,7 +253,16 @@ impl Meter {
             waiting: AtomicBool::new(false),
             counted: AtomicBool::new(false),
             aside: AtomicBool::new(false),
+            grown: AtomicUsize::new(0),
         })
+    }
+
+    /// The call's instance grew its memory by `bytes`. True if that sent the call aside
+    /// (past [`BIG_GROWTH`] in all): the caller yields at once, so that it moves before
+    /// the memory is touched. A call already aside stays where it is.
+    pub(super) fn grew(&self, bytes: usize) -> bool {
+        let grown = self.grown.fetch_add(bytes, Relaxed).saturating_add(bytes);
+        grown >= BIG_GROWTH && !self.aside.swap(true, Relaxed)
     }
 
     /// Whether the call is long or its work heavy or faulting: it runs on the aside

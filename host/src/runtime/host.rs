@@ -108,7 +108,7 @@ impl HostState {
         (self.gateway, self.regarding) = (None, None);
     }
 
-    pub(super) fn limiter(&mut self) -> &mut dyn wasmtime::ResourceLimiter {
+    pub(super) fn limiter(&mut self) -> &mut dyn wasmtime::ResourceLimiterAsync {
         &mut self.limits
     }
 

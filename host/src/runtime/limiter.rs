@@ -1,9 +1,14 @@
 //! What one instance may hold: wasmtime's own caps (linear memory, instances, tables)
 //! and, as its memory grows, a charge on the host-wide memory budget (`budget`): the
-//! plugin that asks for memory the budget does not have traps with the reason.
+//! plugin that asks for memory the budget does not have traps with the reason. A call
+//! whose memory grows big goes aside at that grow, before it touches the memory (see
+//! `cpu::BIG_GROWTH`): the limiter is async so that it can yield there.
+
+use std::sync::Arc;
 
 use super::budget::Charge;
-use wasmtime::{ResourceLimiter, StoreLimits};
+use super::cpu::Meter;
+use wasmtime::{ResourceLimiter, ResourceLimiterAsync, StoreLimits};
 
 /// StoreLimits (the instance's own caps) plus the instance's charge on the host-wide
 /// memory budget, and the largest linear memory the instance asked for, for the
@@ -12,6 +17,8 @@ pub struct Tracked {
     inner: StoreLimits,
     pub(super) charge: Charge,
     peak: usize,
+    /// The thread time meter of the call under way, told of every grow.
+    meter: Option<Arc<Meter>>,
 }
 
 impl Tracked {
@@ -25,11 +32,17 @@ impl Tracked {
             .table_elements(MAX_TABLE_ELEMENTS)
             .trap_on_grow_failure(true)
             .build();
-        Tracked { inner, charge, peak: 0 }
+        Tracked { inner, charge, peak: 0, meter: None }
     }
 
     pub fn peak(&self) -> usize {
         self.peak
+    }
+
+    /// Grows from here on are the call metered by `meter`'s (a warm instance serves
+    /// one call after another).
+    pub(super) fn metered_by(&mut self, meter: Arc<Meter>) {
+        self.meter = Some(meter);
     }
 }
 
@@ -44,6 +57,54 @@ const MAX_MEMORIES: usize = 2;
 /// thousand.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
+#[async_trait::async_trait]
+impl ResourceLimiterAsync for Tracked {
+    async fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let ok = ResourceLimiter::memory_growing(self, current, desired, maximum)?;
+        if ok && self.meter.as_ref().is_some_and(|m| m.grew(desired.saturating_sub(current))) {
+            // The call goes aside at this yield (`aside`), before the guest touches
+            // what it grew.
+            tokio::task::yield_now().await;
+        }
+        Ok(ok)
+    }
+
+    async fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.inner.memory_grow_failed(error)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.inner.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+/// The synchronous checks, which the async limiter runs first.
 impl ResourceLimiter for Tracked {
     fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
         let ok = self.inner.memory_growing(current, desired, maximum)?;
@@ -80,3 +141,6 @@ impl ResourceLimiter for Tracked {
         self.inner.memories()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -146,6 +146,24 @@ async fn a_plugin_whose_calls_keep_faulting_is_paced_even_on_a_quiet_host_one_fa
     assert!(waited < AT_ONCE, "{waited:?}");
 }
 
+#[test]
+fn calls_that_never_ran_leave_what_a_plugins_calls_compute() {
+    // A plugin that fills 120 MiB per call: heavy.
+    let cpu = Cpu::new();
+    let work: Arc<str> = "grabby/review".into();
+    for _ in 0..16 {
+        cpu.ended(&work, LONG * 4, false);
+    }
+    // Then a flood of its calls time out queueing for slots: faults, each of them, but
+    // they computed nothing, which says nothing of what its calls compute.
+    for _ in 0..64 {
+        cpu.timed_out_waiting(&work);
+    }
+    let m = cpu.means.lock().unwrap()[&work];
+    assert!(m.thread >= HEAVY.as_secs_f64(), "still heavy: {} s", m.thread);
+    assert!(m.faults >= FAULTING, "and faulting: {}", m.faults);
+}
+
 #[tokio::test]
 async fn heavy_reconciles_do_not_make_the_same_plugins_reviews_wait() {
     let cpu = Cpu::new();
