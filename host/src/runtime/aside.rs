@@ -46,11 +46,12 @@
 //!   none of 11 at nice 10 the same hour; in the traced one the thread that serves
 //!   reviews itself was busy faulting in, filling and unmapping fresh memory: a big
 //!   plugin call run in place rather than aside (BENCHMARKS.md, issue 18, 2026-12-07
-//!   18:37Z). Two paths could allow that (found by reading the code; the trace had no
-//!   call stacks), both closed since: a flood's calls that timed out waiting counted as calls that computed nothing, so the plugin's mean looked
-//!   light and its next calls started in place; and a call was judged by thread time
-//!   alone, so it filled memory for up to two ticks before it moved. Now such calls
-//!   leave the mean alone, and a call goes aside at the grow that takes it past
+//!   18:37Z). Two paths could allow that (found by reading the code; the trace had
+//!   no call stacks), both closed since: a flood's calls that timed out waiting
+//!   counted as calls that computed nothing, so the plugin's mean looked light and
+//!   its next calls started in place; and a call was judged by thread time alone, so
+//!   it filled memory for up to two ticks before it moved. Now such calls leave the
+//!   mean alone, and a call goes aside at the grow that takes it past
 //!   `cpu::BIG_GROWTH`, before it touches the memory. Nice 19 is
 //!   the default for the share it gives reviews (`config::ASIDE_PRIORITY`);
 //!   `--long-call-nice 10` trades some of it back. Idle also yields to every thread on

@@ -80,11 +80,12 @@ const FAULTING: f64 = 0.5;
 const PACE: Duration = Duration::from_millis(90);
 /// How much a call may grow its instance's memory before it goes aside, at that grow
 /// and before it touches the memory. Why: touching fresh memory is page faults and
-/// zeroing the epoch cannot interrupt (one `memory.fill` is one instruction), about
-/// 0.4 ms a MiB here, and a call judged by thread time alone computed up to two ticks
-/// in place first: several new calls of a plugin that fills 120 MiB each, admitted
-/// while its mean looked light, held reviews for 48 ms (BENCHMARKS.md, issue 18). A
-/// healthy review or reconcile grows by a few MiB at most, on a fresh instance.
+/// zeroing that the epoch cannot interrupt (one `memory.fill` is one instruction), and
+/// a call judged by thread time alone computed up to two ticks in place first; the
+/// likeliest reading of a 48 ms hold of reviews is new calls of a plugin that fills
+/// 120 MiB each, run in place (BENCHMARKS.md, issue 18). A review on a warm instance
+/// grows by nothing, and the shipped plugins start at about 1 MiB; a call that grows
+/// by more than this is heavy work anyway.
 pub(super) const BIG_GROWTH: usize = 8 << 20;
 
 /// The host-wide state: short calls' activity and the long lane.
@@ -265,8 +266,8 @@ impl Meter {
         grown >= BIG_GROWTH && !self.aside.swap(true, Relaxed)
     }
 
-    /// Whether the call is long or its work heavy or faulting: it runs on the aside
-    /// threads from its next yield on (see `aside`).
+    /// Whether the call is long, its work heavy or faulting, or its memory grew big: it
+    /// runs on the aside threads from its next yield on (see `aside`).
     pub(super) fn goes_aside(&self) -> bool {
         self.aside.load(Relaxed)
     }
