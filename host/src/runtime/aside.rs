@@ -16,7 +16,7 @@
 //!
 //! Flow: a call's future is polled where it began. Once `cpu` marks it to go aside
 //! (its work is heavy or faulting when it is admitted, it has computed for `LONG`, or
-//! its memory grew past `BIG_GROWTH`, at which grow the limiter yields),
+//! its memory has grown by `BIG_GROWTH`, at which grow the limiter yields),
 //! the rest of it is spawned at its next yield on the aside runtime (as many worker
 //! threads as the host's own, all at the configured priority), and the caller awaits
 //! it there, with the runtime it began on (the host's, or the reconcile threads') still
@@ -44,16 +44,16 @@
 //!   process's memory map, and at idle it may wait long for the core with that lock
 //!   held. At nice 19 two of 27 attack phases held reviews (104 and 47.6 ms), against
 //!   none of 11 at nice 10 the same hour; in the traced one the thread that serves
-//!   reviews itself was busy faulting in, filling and unmapping fresh memory: a big
-//!   plugin call run in place rather than aside (BENCHMARKS.md, issue 18, 2026-12-07
-//!   18:37Z). Two paths could allow that (found by reading the code; the trace had
-//!   no call stacks), both closed since: a flood's calls that timed out waiting
-//!   counted as calls that computed nothing, so the plugin's mean looked light and
-//!   its next calls started in place; and a call was judged by thread time alone, so
-//!   it filled memory for up to two ticks before it moved. Now such calls leave the
-//!   mean alone, and a call goes aside at the grow that takes it past
-//!   `cpu::BIG_GROWTH`, before it touches the memory. Nice 19 is
-//!   the default for the share it gives reviews (`config::ASIDE_PRIORITY`);
+//!   reviews itself was busy faulting in, filling and unmapping fresh memory: most
+//!   likely a big plugin call run in place rather than aside (BENCHMARKS.md, issue
+//!   18, 2026-12-07 18:37Z). Two paths could allow that (found by reading the code;
+//!   the trace had no call stacks), both closed since: a flood's calls that timed out
+//!   waiting counted as calls that computed nothing, so the plugin's mean looked
+//!   light and its next calls started in place; and a call was judged by thread time
+//!   alone, so it filled memory for up to two ticks before it moved. Now such calls
+//!   leave the mean alone, and a call goes aside at the grow that brings its growth
+//!   to `cpu::BIG_GROWTH`, before it touches what that grow added. Nice 19 is the
+//!   default for the share it gives reviews (`config::ASIDE_PRIORITY`);
 //!   `--long-call-nice 10` trades some of it back. Idle also yields to every thread on
 //!   the core, not only the host's: where the host shares the CPU with other busy
 //!   processes, long calls wait for those too.
@@ -83,7 +83,7 @@ use super::niced::Priority;
 pub(super) type Moveable<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// The aside runtime, started on the first call that moves (a host whose calls are all
-/// short, or a one-shot CLI command, never starts its threads). Dropping the last
+/// short and small never starts its threads). Dropping the last
 /// handle lets its threads end on their own, so that a host (or a test) that drops its
 /// `Runtime` inside async code does not block there.
 #[derive(Clone)]

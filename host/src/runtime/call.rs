@@ -181,7 +181,9 @@ impl Runtime {
         // in the queue counts too: with only calls that ran counted, a memory-grabbing
         // attacker's paced calls mostly succeeded and it kept a third of the thread
         // (BENCHMARKS.md, issue 18, fifth part, build E). Only a call that ran says what
-        // its work computes; one that waited for memory is no fault of its own.
+        // its work computes. One that waited for memory is not counted at all: the
+        // memory may be held by other plugins (or by its own plugin's other calls: the
+        // budget does not say which limit held it).
         let faulted = matches!(r, Err(RuntimeError::Trap { .. } | RuntimeError::Timeout(_)));
         if was == Phase::Running as u8 {
             self.cpu.ended(&work, meter.spent(), faulted);

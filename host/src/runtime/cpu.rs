@@ -45,7 +45,7 @@
 //! page faults of the memory it touches included, and a wait of any kind not at all.
 //!
 //! Where: a call this module finds long, whose work is heavy or faulting when it is
-//! admitted, or that grows its memory past [`BIG_GROWTH`] (the limiter yields at that
+//! admitted, or whose memory has grown by [`BIG_GROWTH`] (the limiter yields at that
 //! grow), finishes on the aside threads (`aside`), which the kernel ranks below the
 //! host's: the lane still decides when it computes, and the kernel preempts that tick
 //! when a review wakes the host.
@@ -83,9 +83,10 @@ const PACE: Duration = Duration::from_millis(90);
 /// zeroing that the epoch cannot interrupt (one `memory.fill` is one instruction), and
 /// a call judged by thread time alone computed up to two ticks in place first; the
 /// likeliest reading of a 48 ms hold of reviews is new calls of a plugin that fills
-/// 120 MiB each, run in place (BENCHMARKS.md, issue 18). A review on a warm instance
-/// grows by nothing, and the shipped plugins start at about 1 MiB; a call that grows
-/// by more than this is heavy work anyway.
+/// 120 MiB each, run in place (BENCHMARKS.md, issue 18). The shipped plugins' memories
+/// start at about 1 MiB. Caveats: the first 8 MiB are still touched in place, a warm
+/// instance may refill what it holds without growing, and creation counts as growth,
+/// so an ordinary plugin's fresh-instance call that grows 8 MiB goes aside too.
 pub(super) const BIG_GROWTH: usize = 8 << 20;
 
 /// The host-wide state: short calls' activity and the long lane.
@@ -174,7 +175,8 @@ impl Cpu {
         m.faults += (if faulted { 1.0 } else { 0.0 } - m.faults) * MEAN_WEIGHT;
     }
 
-    /// A call of `work` ran out of time before it ran (waiting for its slots): a
+    /// A call of `work` ran out of time before it ran (waiting to be admitted or for
+    /// its slots): a
     /// fault, its wait wasted, but no word on what its calls compute. Why apart from
     /// [`Cpu::ended`]: counted as a call that spent nothing, a flood's calls that timed
     /// out queueing pulled a plugin that fills 120 MiB per call under [`HEAVY`], and its
@@ -259,7 +261,7 @@ impl Meter {
     }
 
     /// The call's instance grew its memory by `bytes`. True if that sent the call aside
-    /// (past [`BIG_GROWTH`] in all): the caller yields at once, so that it moves before
+    /// ([`BIG_GROWTH`] or more in all): the caller yields at once, so that it moves before
     /// the memory is touched. A call already aside stays where it is.
     pub(super) fn grew(&self, bytes: usize) -> bool {
         let grown = self.grown.fetch_add(bytes, Relaxed).saturating_add(bytes);
