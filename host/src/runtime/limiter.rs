@@ -65,7 +65,7 @@ impl ResourceLimiterAsync for Tracked {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let ok = ResourceLimiter::memory_growing(self, current, desired, maximum)?;
+        let ok = self.allowed(current, desired, maximum)?;
         if ok && self.meter.as_ref().is_some_and(|m| m.grew(desired.saturating_sub(current))) {
             // The call goes aside at this yield (`aside`), before the guest touches
             // what it grew.
@@ -104,41 +104,16 @@ impl ResourceLimiterAsync for Tracked {
     }
 }
 
-/// The synchronous checks, which the async limiter runs first.
-impl ResourceLimiter for Tracked {
-    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+impl Tracked {
+    /// Whether a memory may grow: the instance's own cap, then the host-wide budget,
+    /// or the guest traps with the reason (the plugin that asked pays).
+    fn allowed(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
         let ok = self.inner.memory_growing(current, desired, maximum)?;
         if ok {
-            // The instance's own cap allowed it; now the host-wide budget must too, or
-            // the guest traps with the reason (the plugin that asked pays).
             self.charge.grow(desired.saturating_sub(current)).map_err(wasmtime::Error::msg)?;
             self.peak = self.peak.max(desired);
         }
         Ok(ok)
-    }
-
-    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        self.inner.table_growing(current, desired, maximum)
-    }
-
-    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.inner.memory_grow_failed(error)
-    }
-
-    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.inner.table_grow_failed(error)
-    }
-
-    fn instances(&self) -> usize {
-        self.inner.instances()
-    }
-
-    fn tables(&self) -> usize {
-        self.inner.tables()
-    }
-
-    fn memories(&self) -> usize {
-        self.inner.memories()
     }
 }
 
