@@ -79,7 +79,7 @@ const FAULTING: f64 = 0.5;
 /// one more tick anyway: long work keeps about a tick per PACE however busy the host.
 const PACE: Duration = Duration::from_millis(90);
 /// How much a call may grow its instance's memory before it goes aside, at that grow
-/// and before it touches the memory. Why: touching fresh memory is page faults and
+/// and before it touches what that grow added. Why: touching fresh memory is page faults and
 /// zeroing that the epoch cannot interrupt (one `memory.fill` is one instruction), and
 /// a call judged by thread time alone computed up to two ticks in place first; the
 /// likeliest reading of a 48 ms hold of reviews is new calls of a plugin that fills

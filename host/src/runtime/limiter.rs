@@ -1,8 +1,8 @@
 //! What one instance may hold: wasmtime's own caps (linear memory, instances, tables)
 //! and, as its memory grows, a charge on the host-wide memory budget (`budget`): the
 //! plugin that asks for memory the budget does not have traps with the reason. A call
-//! whose memory grows big goes aside at that grow, before it touches the memory (see
-//! `cpu::BIG_GROWTH`): the limiter is async so that it can yield there.
+//! whose memory grows big goes aside at that grow, before it touches what the grow
+//! added (see `cpu::BIG_GROWTH`): the limiter is async so that it can yield there.
 
 use std::sync::Arc;
 
